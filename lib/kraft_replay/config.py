@@ -1,0 +1,62 @@
+"""Profiles from ``conf/*.yaml``: Spark settings and lake defaults, validated with pydantic."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# conf/ sits at the project root, two levels above lib/kraft_replay/.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = Path(os.environ.get("KRAFT_REPLAY_CONF", PROJECT_ROOT / "conf"))
+
+
+class ConfigError(ValueError):
+    """A profile or scenario file is missing or invalid (message names the file and key)."""
+
+
+class SparkProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    master: str | None = "local[*]"
+    app_name: str = "kraft-replay"
+    driver_memory: str | None = "4g"
+    shuffle_partitions: int = Field(4, ge=1)
+    ui: bool = False
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class LakeProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    root: str | None = "./lake"
+    backend: Literal["auto", "deltars", "delta-spark"] = "auto"
+    target_file_rows: int = Field(2_000_000, ge=1)
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "local"
+    spark: SparkProfile = Field(default_factory=SparkProfile)
+    lake: LakeProfile = Field(default_factory=LakeProfile)
+
+
+def load_profile(name_or_path: str = "local") -> Profile:
+    """Load ``conf/<name>.yaml`` (or a YAML file path) into a validated :class:`Profile`."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = CONF_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
+        raise ConfigError(f"profile {name_or_path!r} not found ({path}); known profiles: {', '.join(known)}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return Profile(name=path.stem, **raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path}: key '{key}': {first['msg']}") from None

@@ -1,0 +1,1 @@
+"""Serving layer: the ``kraft-replay`` CLI (and later the Airflow DAGs and the dashboard)."""

@@ -1,0 +1,76 @@
+"""``kraft-replay`` command line.
+
+Each subcommand lives in its own module ``kraft_replay.serve.cmd_<name>`` exposing
+``register(subparsers)``, which adds a parser whose ``func(args) -> int`` runs it.
+Errors that users can fix (bad input, missing files, lake problems) are raised as
+:class:`UserError` subclasses and printed as one line, exit code 2; nothing is half-committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand modules, in the order `--help` lists them. Missing modules are skipped so the
+# CLI keeps working while later issues add theirs.
+SUBCOMMANDS = ("demo", "tables", "ingest", "generate", "replay", "outcomes", "sql", "dashboard")
+
+
+class UserError(Exception):
+    """An error the user can fix; printed as one line without a traceback."""
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [UserError]
+    for mod, name in (
+        ("kraft_replay.lake.errors", "LakeError"),
+        ("kraft_replay.config", "ConfigError"),
+        ("kraft_replay.spark.session", "JavaNotFoundError"),
+        ("kraft_replay.ingest.errors", "IngestError"),
+        ("kraft_replay.generate.errors", "ScenarioError"),
+    ):
+        try:
+            types.append(getattr(importlib.import_module(mod), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(types)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kraft-replay",
+        description="Replay Kafka's KRaft metadata log with Spark into Delta tables.",
+    )
+    parser.add_argument("--lake", default=None, help="lake root (local dir or any URI delta-rs supports); default from the profile")
+    parser.add_argument("--profile", default="local", help="conf/<profile>.yaml (local, cluster, ...)")
+    parser.add_argument("--backend", choices=("auto", "deltars", "delta-spark"), default=None, help="Delta backend (default from the profile)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"kraft_replay.serve.cmd_{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"kraft_replay.serve.cmd_{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    errors = _user_error_types()
+    try:
+        return int(args.func(args) or 0)
+    except errors as exc:
+        print(f"kraft-replay {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kraft-replay {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

