@@ -1,0 +1,32 @@
+"""Codec: bytes <-> KRaft metadata records and Arrow columns (see docs/design.md, "codec").
+
+Explicit imports grouped by module; add new names in the group of their module.
+"""
+
+# schema: field tables
+from kraft_replay.codec.schema import CONTROL_SCHEMAS as CONTROL_SCHEMAS
+from kraft_replay.codec.schema import MESSAGE_SCHEMAS as MESSAGE_SCHEMAS
+from kraft_replay.codec.schema import RECORD_TYPES as RECORD_TYPES
+from kraft_replay.codec.schema import RECORD_TYPES_BY_TOOL_NAME as RECORD_TYPES_BY_TOOL_NAME
+from kraft_replay.codec.schema import FieldSpec as FieldSpec
+from kraft_replay.codec.schema import MessageSchema as MessageSchema
+from kraft_replay.codec.schema import RecordType as RecordType
+from kraft_replay.codec.schema import fields_for as fields_for
+
+# varint
+from kraft_replay.codec.varint import VarintError as VarintError
+from kraft_replay.codec.varint import read_uvarint as read_uvarint
+from kraft_replay.codec.varint import read_varint as read_varint
+from kraft_replay.codec.varint import read_varlong as read_varlong
+from kraft_replay.codec.varint import write_uvarint as write_uvarint
+from kraft_replay.codec.varint import write_varint as write_varint
+from kraft_replay.codec.varint import write_varlong as write_varlong
+
+# records: framed metadata record values and unframed message bodies
+from kraft_replay.codec.records import MetadataRecord as MetadataRecord
+from kraft_replay.codec.records import RecordDecodeError as RecordDecodeError
+from kraft_replay.codec.records import RecordEncodeError as RecordEncodeError
+from kraft_replay.codec.records import decode_message as decode_message
+from kraft_replay.codec.records import decode_record_value as decode_record_value
+from kraft_replay.codec.records import encode_message as encode_message
+from kraft_replay.codec.records import encode_record_value as encode_record_value

@@ -1,0 +1,469 @@
+"""Bronze Arrow schemas and the columnar decoder used inside ``mapInArrow`` (docs/design.md).
+
+:data:`LOG_SCHEMA`, :data:`CONTROL_SCHEMA`, :data:`SNAPSHOT_SCHEMA`, :data:`QUARANTINE_SCHEMA` and
+:data:`FILES_SCHEMA` are the column contracts of the bronze tables ``metadata_log``,
+``metadata_control``, ``snapshot_records``, ``ingest_quarantine`` and ``ingest_files``.
+
+:func:`decode_to_arrow` turns the bytes of a segment, snapshot or bootstrap file (or a batch-aligned
+byte range of one) into four ``pyarrow.RecordBatch``es. Rules it applies:
+
+* a data record of a segment becomes a ``metadata_log`` row at offset ``baseOffset + offsetDelta``;
+  of a snapshot/bootstrap file a ``snapshot_records`` row (``position_in_snapshot`` = that offset);
+* a control record becomes a ``metadata_control`` row (facts §3);
+* a batch or record that fails to decode becomes an ``ingest_quarantine`` row with a reason code and
+  its raw bytes; nothing is dropped. Data records must have a null key, no headers and a value
+  (facts §1.7), otherwise they are quarantined as ``BAD_RECORD_FRAMING``.
+
+Identical record values decode to identical rows, so decoded values are memoised per call (KRaft
+logs are mostly identical NoOp records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kraft_replay.codec.arrow_payload import CONTROL_FIELDS, PAYLOAD_FIELDS, build_payload_columns, build_struct_array
+from kraft_replay.codec.batch import HEADER_SIZE, Corruption, iter_batches
+from kraft_replay.codec.control import CONTROL_TYPES, ControlDecodeError, ControlRecord, decode_control_record
+from kraft_replay.codec.files import FileKind
+from kraft_replay.codec.jsonfmt import to_dump_json
+from kraft_replay.codec.records import RecordDecodeError, decode_record_value
+from kraft_replay.codec.schema import RECORD_TYPES, FieldSpec
+
+__all__ = [
+    "LOG_SCHEMA",
+    "CONTROL_SCHEMA",
+    "SNAPSHOT_SCHEMA",
+    "QUARANTINE_SCHEMA",
+    "FILES_SCHEMA",
+    "BRONZE_SCHEMAS",
+    "REASON_CODES",
+    "OFFSET_BUCKET_SIZE",
+    "ChunkStats",
+    "DecodedChunk",
+    "decode_to_arrow",
+    "empty_batch",
+]
+
+OFFSET_BUCKET_SIZE = 1_000_000
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+REASON_CODES = (
+    "CRC_MISMATCH", "TRUNCATED_BATCH", "BAD_MAGIC", "CORRUPT_BATCH_LENGTH", "DECOMPRESSION_ERROR",
+    "UNKNOWN_RECORD_TYPE", "UNSUPPORTED_RECORD_VERSION", "BAD_FRAME_VERSION", "RECORD_DECODE_ERROR",
+    "TRAILING_BYTES", "UNKNOWN_CONTROL_TYPE", "BAD_RECORD_FRAMING", "TEXT_PARSE_ERROR",
+)
+
+_PAYLOAD = list(PAYLOAD_FIELDS)
+_CONTROL_STRUCTS = list(CONTROL_FIELDS)
+
+LOG_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("offset", pa.int64()),
+    pa.field("offset_bucket", pa.int64()),
+    pa.field("batch_base_offset", pa.int64()),
+    pa.field("batch_last_offset", pa.int64()),
+    pa.field("batch_leader_epoch", pa.int32()),
+    pa.field("append_time", TIMESTAMP),
+    pa.field("record_type", pa.string()),
+    pa.field("api_key", pa.int32()),
+    pa.field("record_version", pa.int32()),
+    *_PAYLOAD,
+    pa.field("payload_json", pa.string()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_position", pa.int64()),
+])
+
+CONTROL_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("offset", pa.int64()),
+    pa.field("batch_base_offset", pa.int64()),
+    pa.field("batch_last_offset", pa.int64()),
+    pa.field("batch_leader_epoch", pa.int32()),
+    pa.field("append_time", TIMESTAMP),
+    pa.field("control_type", pa.string()),
+    pa.field("control_type_id", pa.int32()),
+    pa.field("key_version", pa.int32()),
+    *_CONTROL_STRUCTS,
+    pa.field("payload_json", pa.string()),
+    pa.field("source_kind", pa.string()),
+    pa.field("snapshot_end_offset", pa.int64()),
+    pa.field("snapshot_epoch", pa.int32()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_position", pa.int64()),
+])
+
+SNAPSHOT_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("snapshot_end_offset", pa.int64()),
+    pa.field("snapshot_epoch", pa.int32()),
+    pa.field("snapshot_kind", pa.string()),
+    pa.field("position_in_snapshot", pa.int64()),
+    pa.field("batch_base_offset", pa.int64()),
+    pa.field("append_time", TIMESTAMP),
+    pa.field("record_type", pa.string()),
+    pa.field("api_key", pa.int32()),
+    pa.field("record_version", pa.int32()),
+    *_PAYLOAD,
+    pa.field("payload_json", pa.string()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_position", pa.int64()),
+])
+
+QUARANTINE_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_position", pa.int64()),
+    pa.field("length", pa.int64()),
+    pa.field("offset", pa.int64()),
+    pa.field("reason_code", pa.string()),
+    pa.field("reason", pa.string()),
+    pa.field("raw", pa.binary()),
+    pa.field("ingested_at", TIMESTAMP),
+])
+
+FILES_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_path", pa.string()),
+    pa.field("file_kind", pa.string()),
+    pa.field("size_bytes", pa.int64()),
+    pa.field("sha256", pa.string()),
+    pa.field("first_offset", pa.int64()),
+    pa.field("last_offset", pa.int64()),
+    pa.field("batches", pa.int64()),
+    pa.field("records", pa.int64()),
+    pa.field("quarantined", pa.int64()),
+    pa.field("ingested_at", TIMESTAMP),
+    pa.field("run_id", pa.string()),
+])
+
+BRONZE_SCHEMAS: dict[str, pa.Schema] = {
+    "metadata_log": LOG_SCHEMA,
+    "metadata_control": CONTROL_SCHEMA,
+    "snapshot_records": SNAPSHOT_SCHEMA,
+    "ingest_quarantine": QUARANTINE_SCHEMA,
+    "ingest_files": FILES_SCHEMA,
+}
+
+
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A zero-row batch of ``schema``."""
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+
+
+@dataclass(slots=True)
+class ChunkStats:
+    """What one decoded byte range held. Offsets are log offsets for segments, in-file offsets for
+    snapshots; ``first_offset``/``last_offset`` cover the well-formed batches (None if there were none)."""
+
+    bytes: int = 0
+    batches: int = 0
+    records: int = 0
+    data_records: int = 0
+    control_records: int = 0
+    quarantined: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+
+@dataclass(slots=True)
+class DecodedChunk:
+    """The four bronze record batches decoded from one byte range, plus its :class:`ChunkStats`."""
+
+    log: pa.RecordBatch
+    control: pa.RecordBatch
+    snapshot: pa.RecordBatch
+    quarantine: pa.RecordBatch
+    stats: ChunkStats = field(default_factory=ChunkStats)
+
+
+def _const(value: Any, n: int, typ: pa.DataType) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, typ)
+    return pa.array([value] * n, typ)
+
+
+def _ts(ms: list[int]) -> pa.Array:
+    return pa.array(np.asarray(ms, dtype=np.int64) * 1000, TIMESTAMP)
+
+
+class _Quarantine:
+    __slots__ = ("pos", "length", "offset", "code", "reason", "raw")
+
+    def __init__(self) -> None:
+        self.pos: list[int] = []
+        self.length: list[int] = []
+        self.offset: list[int | None] = []
+        self.code: list[str] = []
+        self.reason: list[str] = []
+        self.raw: list[bytes] = []
+
+    def add(self, pos: int, length: int, offset: int | None, code: str, reason: str, raw: bytes) -> None:
+        self.pos.append(pos)
+        self.length.append(length)
+        self.offset.append(offset)
+        self.code.append(code)
+        self.reason.append(reason)
+        self.raw.append(raw)
+
+    def batch(self, cluster_id: str, source_file: str, ingested_at: datetime) -> pa.RecordBatch:
+        n = len(self.pos)
+        cols = [
+            _const(cluster_id, n, pa.string()),
+            _const(source_file, n, pa.string()),
+            pa.array(self.pos, pa.int64()),
+            pa.array(self.length, pa.int64()),
+            pa.array(self.offset, pa.int64()),
+            pa.array(self.code, pa.string()),
+            pa.array(self.reason, pa.string()),
+            pa.array(self.raw, pa.binary()),
+            pa.array([ingested_at] * n, TIMESTAMP),
+        ]
+        return pa.RecordBatch.from_arrays(cols, schema=QUARANTINE_SCHEMA)
+
+
+def _json_value(f: FieldSpec, v: Any) -> Any:
+    if v is None:
+        return None
+    if f.fields is not None:
+        if f.is_array:
+            return [_json_obj(f.fields, 0, e) for e in v]
+        return _json_obj(f.fields, 0, v)
+    if isinstance(v, (bytes, bytearray)):
+        import base64
+
+        return base64.b64encode(bytes(v)).decode("ascii")
+    return v
+
+
+def _json_obj(fields: tuple[FieldSpec, ...], version: int, data: dict[str, Any]) -> dict[str, Any]:
+    return {f.json_name: _json_value(f, data.get(f.snake)) for f in fields if f.present_in(version)}
+
+
+def control_json(rec: ControlRecord) -> str:
+    """JSON of a control record value as the dump tool prints it after the control type: camelCase
+    field names, every field of schema version 0 (e.g. ``{"version":0,"leaderId":1,...}``)."""
+    import json
+
+    schema = rec.control_type.schema
+    return json.dumps(_json_obj(schema.fields, 0, rec.data), separators=(",", ":"))
+
+
+def build_control_columns(records: list[ControlRecord]) -> list[pa.Array]:
+    """Control struct columns aligned with ``CONTROL_FIELDS``: each row fills its type's column."""
+    out = []
+    for f in CONTROL_FIELDS:
+        ctype = next(t for t in CONTROL_TYPES.values() if t.column == f.name)
+        rows = [r.data if r.type_id == ctype.type_id else None for r in records]
+        out.append(build_struct_array(ctype.schema, rows))
+    return out
+
+
+# Values up to this size are memoised (NoOp values are 4 bytes; big records are rarely repeated).
+_MEMO_MAX_VALUE = 512
+_MEMO_MAX_ENTRIES = 100_000
+
+
+def _decode_value(value: bytes) -> tuple[Any, ...]:
+    """``(True, api_key, version, tool_name, record_or_None, json)`` or ``(False, code, message)``."""
+    try:
+        rec = decode_record_value(value)
+        rt = RECORD_TYPES[rec.api_key]
+        return (True, rec.api_key, rec.version, rt.tool_name, rec if rt.has_body else None, to_dump_json(rec))
+    except RecordDecodeError as exc:
+        code = getattr(exc, "code", "RECORD_DECODE_ERROR")
+        return (False, code if code in REASON_CODES else "RECORD_DECODE_ERROR", str(exc))
+    except (ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError) as exc:
+        return (False, "RECORD_DECODE_ERROR", f"{type(exc).__name__}: {exc}")
+
+
+def decode_to_arrow(
+    buf: bytes,
+    *,
+    cluster_id: str,
+    source_file: str,
+    file_kind: str,
+    base_position: int = 0,
+    snapshot_end_offset: int | None = None,
+    snapshot_epoch: int | None = None,
+    ingested_at: datetime | None = None,
+) -> DecodedChunk:
+    """Decode a batch-aligned byte range of a KRaft file into the bronze Arrow batches.
+
+    ``file_kind`` is ``segment``, ``snapshot`` or ``bootstrap``. Snapshot rows carry
+    ``snapshot_end_offset``/``snapshot_epoch`` (bootstrap files default to 0/0). ``base_position`` is
+    the file position of ``buf[0]``. Never raises on malformed bytes: failures become quarantine rows.
+    """
+    kind = FileKind(file_kind)
+    if kind not in (FileKind.SEGMENT, FileKind.SNAPSHOT, FileKind.BOOTSTRAP):
+        raise ValueError(f"decode_to_arrow: file_kind must be segment, snapshot or bootstrap, got {file_kind!r}")
+    is_log = kind is FileKind.SEGMENT
+    if kind is FileKind.BOOTSTRAP:
+        snapshot_end_offset = 0 if snapshot_end_offset is None else snapshot_end_offset
+        snapshot_epoch = 0 if snapshot_epoch is None else snapshot_epoch
+    if is_log:
+        snapshot_end_offset = snapshot_epoch = None
+    if ingested_at is None:
+        ingested_at = datetime.now(timezone.utc)
+
+    stats = ChunkStats(bytes=len(buf))
+    q = _Quarantine()
+    # data rows
+    d_off: list[int] = []
+    d_base: list[int] = []
+    d_last: list[int] = []
+    d_epoch: list[int] = []
+    d_time: list[int] = []
+    d_key: list[int] = []
+    d_ver: list[int] = []
+    d_type: list[str] = []
+    d_rec: list[Any] = []
+    d_json: list[str] = []
+    d_pos: list[int] = []
+    # control rows
+    c_off: list[int] = []
+    c_base: list[int] = []
+    c_last: list[int] = []
+    c_epoch: list[int] = []
+    c_time: list[int] = []
+    c_recs: list[Any] = []
+    c_json: list[str] = []
+    c_pos: list[int] = []
+
+    memo: dict[bytes, tuple[Any, ...]] = {}
+    first = last = None
+    for item in iter_batches(buf, base_position):
+        if isinstance(item, Corruption):
+            q.add(item.position, item.length, item.offset, item.reason_code, item.reason, item.raw)
+            continue
+        stats.batches += 1
+        base = item.base_offset
+        blast = base + item.last_offset_delta
+        if first is None or base < first:
+            first = base
+        if last is None or blast > last:
+            last = blast
+        epoch = item.partition_leader_epoch
+        ts = item.max_timestamp
+        bpos = item.position
+        if item.attributes & 0x20:
+            for r in item.records:
+                off = base + r.offset_delta
+                try:
+                    crec = decode_control_record(r.key, r.value)
+                except ControlDecodeError as exc:
+                    q.add(bpos, len(r.value or b""), off, exc.code, str(exc), bytes(r.value or b""))
+                    continue
+                c_off.append(off)
+                c_base.append(base)
+                c_last.append(blast)
+                c_epoch.append(epoch)
+                c_time.append(ts)
+                c_recs.append(crec)
+                c_json.append(control_json(crec))
+                c_pos.append(bpos)
+            continue
+        for r in item.records:
+            value = r.value
+            off = base + r.offset_delta
+            if value is None or r.key is not None or r.headers:
+                why = "has a null value" if value is None else ("has a key" if r.key is not None else "has headers")
+                q.add(bpos, len(value or b""), off, "BAD_RECORD_FRAMING",
+                      f"data record at offset {off} {why}; metadata records have a null key, a value and no headers",
+                      bytes(value or b""))
+                continue
+            hit = memo.get(value)
+            if hit is None:
+                hit = _decode_value(value)
+                if len(value) <= _MEMO_MAX_VALUE and len(memo) < _MEMO_MAX_ENTRIES:
+                    memo[value] = hit
+            if not hit[0]:
+                q.add(bpos, len(value), off, hit[1], f"record at offset {off}: {hit[2]}", value)
+                continue
+            d_off.append(off)
+            d_base.append(base)
+            d_last.append(blast)
+            d_epoch.append(epoch)
+            d_time.append(ts)
+            d_key.append(hit[1])
+            d_ver.append(hit[2])
+            d_type.append(hit[3])
+            d_rec.append(hit[4])
+            d_json.append(hit[5])
+            d_pos.append(bpos)
+
+    stats.first_offset, stats.last_offset = first, last
+    stats.data_records = len(d_off)
+    stats.control_records = len(c_off)
+    stats.records = stats.data_records + stats.control_records
+    stats.quarantined = len(q.pos)
+
+    n = len(d_off)
+    payload = build_payload_columns(d_rec)
+    common_tail = [pa.array(d_json, pa.string()), _const(source_file, n, pa.string()), pa.array(d_pos, pa.int64())]
+    typed = [pa.array(d_type, pa.string()), pa.array(d_key, pa.int32()), pa.array(d_ver, pa.int32())]
+    if is_log:
+        offs = np.asarray(d_off, dtype=np.int64)
+        log = pa.RecordBatch.from_arrays(
+            [
+                _const(cluster_id, n, pa.string()),
+                pa.array(offs, pa.int64()),
+                pa.array(offs // OFFSET_BUCKET_SIZE, pa.int64()),
+                pa.array(d_base, pa.int64()),
+                pa.array(d_last, pa.int64()),
+                pa.array(d_epoch, pa.int32()),
+                _ts(d_time),
+                *typed,
+                *payload,
+                *common_tail,
+            ],
+            schema=LOG_SCHEMA,
+        )
+        snap = empty_batch(SNAPSHOT_SCHEMA)
+    else:
+        snap = pa.RecordBatch.from_arrays(
+            [
+                _const(cluster_id, n, pa.string()),
+                _const(snapshot_end_offset, n, pa.int64()),
+                _const(snapshot_epoch, n, pa.int32()),
+                _const(kind.value, n, pa.string()),
+                pa.array(d_off, pa.int64()),
+                pa.array(d_base, pa.int64()),
+                _ts(d_time),
+                *typed,
+                *payload,
+                *common_tail,
+            ],
+            schema=SNAPSHOT_SCHEMA,
+        )
+        log = empty_batch(LOG_SCHEMA)
+
+    m = len(c_off)
+    control = pa.RecordBatch.from_arrays(
+        [
+            _const(cluster_id, m, pa.string()),
+            pa.array(c_off, pa.int64()),
+            pa.array(c_base, pa.int64()),
+            pa.array(c_last, pa.int64()),
+            pa.array(c_epoch, pa.int32()),
+            _ts(c_time),
+            pa.array([c.name for c in c_recs], pa.string()),
+            pa.array([c.type_id for c in c_recs], pa.int32()),
+            pa.array([c.key_version for c in c_recs], pa.int32()),
+            *build_control_columns(c_recs),
+            pa.array(c_json, pa.string()),
+            _const("log" if is_log else kind.value, m, pa.string()),
+            _const(snapshot_end_offset, m, pa.int64()),
+            _const(snapshot_epoch, m, pa.int32()),
+            _const(source_file, m, pa.string()),
+            pa.array(c_pos, pa.int64()),
+        ],
+        schema=CONTROL_SCHEMA,
+    )
+    return DecodedChunk(log, control, snap, q.batch(cluster_id, source_file, ingested_at), stats)

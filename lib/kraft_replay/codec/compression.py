@@ -1,0 +1,192 @@
+"""Record-batch compression codecs (facts §1.3): none, gzip, snappy, lz4, zstd.
+
+Each codec uses the real library (zlib, cramjam's snappy, the ``lz4`` frame binding, ``zstandard``).
+Decompression is bounded: it never produces more than ``limit`` bytes, so a hostile stream (a zip
+bomb) fails with :class:`DecompressionError` instead of exhausting memory.
+
+Snappy in Kafka uses snappy-java's stream framing ("xerial"): an 16-byte header
+(``\\x82SNAPPY\\x00`` + version + compatible version, big-endian int32s) followed by blocks, each a
+big-endian int32 length and a raw snappy block. A stream without that header is read as one raw
+snappy block.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from enum import IntEnum
+
+import cramjam
+import lz4.frame
+import zstandard
+
+# Default ceiling for one batch's decompressed records section. Kafka's metadata batches are at
+# most 8 MiB; the ceiling leaves generous room while keeping a bomb from taking the worker down.
+DEFAULT_LIMIT = 256 * 1024 * 1024
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = struct.Struct(">8sii")
+_XERIAL_BLOCK = 32 * 1024
+
+
+class Compression(IntEnum):
+    """Codec id stored in attribute bits 0-2."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class DecompressionError(ValueError):
+    """The compressed records section is malformed, uses an unknown codec, or exceeds the size limit."""
+
+
+def _too_big(codec: str, limit: int) -> DecompressionError:
+    return DecompressionError(f"{codec}: decompressed size exceeds the limit of {limit} bytes")
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    try:
+        return _gunzip_members(data, limit)
+    except zlib.error as exc:
+        raise DecompressionError(f"gzip: {exc}") from None
+
+
+def _gunzip_members(data: bytes, limit: int) -> bytes:
+    out = bytearray()
+    rest = data
+    while rest:
+        d = zlib.decompressobj(wbits=31)
+        chunk = rest
+        while True:
+            piece = d.decompress(chunk, limit + 1 - len(out))
+            out += piece
+            if len(out) > limit:
+                raise _too_big("gzip", limit)
+            if d.eof:
+                break
+            chunk = d.unconsumed_tail
+            if not chunk:
+                raise DecompressionError("gzip: stream ends before its trailer")
+        rest = d.unused_data
+    if not out and not data:
+        raise DecompressionError("gzip: empty stream")
+    return bytes(out)
+
+
+def _snappy_raw(block: bytes, limit: int) -> bytes:
+    try:
+        size = cramjam.snappy.decompress_raw_len(block)
+    except Exception as exc:  # cramjam raises its own error type
+        raise DecompressionError(f"snappy: bad block header: {exc}") from None
+    if size > limit:
+        raise _too_big("snappy", limit)
+    try:
+        return bytes(cramjam.snappy.decompress_raw(block))
+    except Exception as exc:
+        raise DecompressionError(f"snappy: corrupt block: {exc}") from None
+
+
+def _unsnappy(data: bytes, limit: int) -> bytes:
+    if not data.startswith(XERIAL_MAGIC):
+        return _snappy_raw(data, limit)
+    if len(data) < _XERIAL_HEADER.size:
+        raise DecompressionError("snappy: truncated xerial stream header")
+    pos = _XERIAL_HEADER.size
+    out = bytearray()
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise DecompressionError(f"snappy: truncated block length at byte {pos}")
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if n < 0 or pos + n > len(data):
+            raise DecompressionError(f"snappy: block length {n} at byte {pos - 4} runs past the stream")
+        out += _snappy_raw(data[pos : pos + n], limit - len(out))
+        pos += n
+    return bytes(out)
+
+
+def _unlz4(data: bytes, limit: int) -> bytes:
+    out = bytearray()
+    rest = data
+    try:
+        while rest:
+            d = lz4.frame.LZ4FrameDecompressor()
+            out += d.decompress(rest, max_length=limit + 1 - len(out))
+            while not d.eof and not d.needs_input:
+                if len(out) > limit:
+                    raise _too_big("lz4", limit)
+                out += d.decompress(b"", max_length=limit + 1 - len(out))
+            if len(out) > limit:
+                raise _too_big("lz4", limit)
+            if not d.eof:
+                raise DecompressionError("lz4: frame ends before its end mark")
+            rest = d.unused_data
+    except DecompressionError:
+        raise
+    except Exception as exc:  # lz4 raises RuntimeError on corrupt frames
+        raise DecompressionError(f"lz4: {exc}") from None
+    return bytes(out)
+
+
+def _unzstd(data: bytes, limit: int) -> bytes:
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+        out = reader.read(limit + 1)
+    except zstandard.ZstdError as exc:
+        raise DecompressionError(f"zstd: {exc}") from None
+    if len(out) > limit:
+        raise _too_big("zstd", limit)
+    # The bounded read returns a prefix for a truncated frame; now that the output is known to be
+    # small, check frame completeness with the one-shot object (it reports ``eof`` per frame).
+    rest = data
+    try:
+        while rest:
+            d = zstandard.ZstdDecompressor().decompressobj()
+            d.decompress(rest)
+            if not d.eof:
+                raise DecompressionError("zstd: stream ends inside a frame")
+            rest = d.unused_data
+    except zstandard.ZstdError as exc:
+        raise DecompressionError(f"zstd: {exc}") from None
+    return out
+
+
+def decompress(codec: int, data: bytes, limit: int = DEFAULT_LIMIT) -> bytes:
+    """Decompress a batch's records section written with ``codec``; at most ``limit`` bytes of output."""
+    if codec == Compression.NONE:
+        return data
+    if codec == Compression.GZIP:
+        return _gunzip(data, limit)
+    if codec == Compression.SNAPPY:
+        return _unsnappy(data, limit)
+    if codec == Compression.LZ4:
+        return _unlz4(data, limit)
+    if codec == Compression.ZSTD:
+        return _unzstd(data, limit)
+    raise DecompressionError(f"unknown compression codec id {codec} (attributes bits 0-2 must be 0-4)")
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """Compress a records section with ``codec`` in the stream framing Kafka reads (gzip member,
+    xerial snappy, LZ4 frame with independent blocks, zstd frame)."""
+    if codec == Compression.NONE:
+        return data
+    if codec == Compression.GZIP:
+        c = zlib.compressobj(wbits=31)
+        return c.compress(data) + c.flush()
+    if codec == Compression.SNAPPY:
+        parts = [_XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)]
+        for i in range(0, len(data), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(data[i : i + _XERIAL_BLOCK]))
+            parts.append(struct.pack(">i", len(block)))
+            parts.append(block)
+        return b"".join(parts)
+    if codec == Compression.LZ4:
+        return lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False)
+    if codec == Compression.ZSTD:
+        return zstandard.ZstdCompressor().compress(data)
+    raise ValueError(f"unknown compression codec id {codec} (must be 0-4)")

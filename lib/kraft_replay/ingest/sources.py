@@ -1,0 +1,298 @@
+"""Finding the input files of an ingest run and reading byte ranges of them.
+
+Rules:
+
+* A PATH is a file, a directory (walked recursively) or a glob; local paths or any URI
+  ``pyarrow.fs`` opens (``file://``, ``s3://``, ``gs://``, ``hdfs://`` ...).
+* Inside a directory walk, segments/snapshots are taken from ``__cluster_metadata-0/`` or from a
+  directory that is not some other Kafka partition directory (``<topic>-<n>/``), and
+  ``bootstrap.checkpoint`` wherever it sits (a node's data dir holds it beside the partition dir).
+  ``.checkpoint.part``/``.checkpoint.deleted``, indexes and Raft bookkeeping files are ignored.
+  Other files are skipped and reported, unless they are dump-log text.
+* A file named explicitly must be a KRaft file or dump-log text, else a one-line :class:`IngestError`.
+* ``cluster_id``: the ``--cluster-id`` given, else ``cluster.id`` from ``meta.properties`` in the
+  node's data dir (the parent of ``__cluster_metadata-0/``), else that data dir's name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob as globmod
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from kraft_replay.codec.files import PARTITION_DIR, FileKind, KraftFile, classify
+from kraft_replay.ingest.errors import IngestError
+
+__all__ = ["InputFile", "discover", "read_range", "file_size", "is_uri"]
+
+_PARTITION_DIR_RE = re.compile(r"^.+-\d+$")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """One file to ingest: where it is, what it is, which cluster it belongs to."""
+
+    path: str                 # local path or URI, as workers open it
+    info: KraftFile
+    size: int
+    cluster_id: str
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def kind(self) -> FileKind:
+        return self.info.kind
+
+
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def _fs(path: str):  # noqa: ANN202 - (pyarrow FileSystem, inner path)
+    from pyarrow import fs as pafs
+
+    try:
+        return pafs.FileSystem.from_uri(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for bad URIs
+        raise IngestError(f"{path}: cannot open this URI ({exc}); use a local path or a URI pyarrow.fs supports") from None
+
+
+def read_range(path: str, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of a local file or URI (fewer if the file is shorter)."""
+    if start >= end:
+        return b""
+    if is_uri(path):
+        fs, inner = _fs(path)
+        with fs.open_input_file(inner) as f:
+            return f.read_at(end - start, start)
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
+def file_size(path: str) -> int:
+    if is_uri(path):
+        fs, inner = _fs(path)
+        return fs.get_file_info(inner).size
+    return os.path.getsize(path)
+
+
+def _join(parent: str, name: str) -> str:
+    return parent.rstrip("/") + "/" + name
+
+
+def _parent(path: str) -> str:
+    if is_uri(path):
+        scheme, rest = path.split("://", 1)
+        return scheme + "://" + str(PurePosixPath(rest).parent)
+    return os.path.dirname(os.path.abspath(path))
+
+
+def _listdir_recursive(root: str) -> list[tuple[str, int]]:
+    """``(path, size)`` of every regular file under ``root``."""
+    out: list[tuple[str, int]] = []
+    if is_uri(root):
+        from pyarrow import fs as pafs
+
+        fs, inner = _fs(root)
+        scheme = root.split("://", 1)[0]
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
+        except PermissionError:
+            raise IngestError(f"{root}: permission denied while listing; make it readable") from None
+        for i in infos:
+            if i.type == pafs.FileType.File:
+                p = i.path if scheme == "file" and i.path.startswith("/") else i.path
+                out.append((f"{scheme}://{p}", i.size))
+        return out
+
+    def onerror(exc: OSError) -> None:
+        if isinstance(exc, PermissionError):
+            raise IngestError(f"{exc.filename}: permission denied while listing; make it readable (chmod +rx)") from None
+        raise IngestError(f"{exc.filename}: cannot list directory ({exc.strerror})") from None
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for fn in sorted(filenames):
+            p = os.path.join(dirpath, fn)
+            try:
+                st = os.stat(p)
+            except PermissionError:
+                raise IngestError(f"{p}: permission denied; make it readable (chmod +r)") from None
+            except FileNotFoundError:
+                continue
+            if os.path.isfile(p):
+                out.append((p, st.st_size))
+    return out
+
+
+def _is_dir(path: str) -> bool:
+    if is_uri(path):
+        from pyarrow import fs as pafs
+
+        fs, inner = _fs(path)
+        return fs.get_file_info(inner).type == pafs.FileType.Directory
+    return os.path.isdir(path)
+
+
+def _exists(path: str) -> bool:
+    if is_uri(path):
+        from pyarrow import fs as pafs
+
+        fs, inner = _fs(path)
+        return fs.get_file_info(inner).type != pafs.FileType.NotFound
+    return os.path.exists(path)
+
+
+def _expand_glob(pattern: str) -> list[str]:
+    if not is_uri(pattern):
+        return sorted(globmod.glob(pattern, recursive=True))
+    # URI glob: list from the longest prefix without glob characters, then match.
+    scheme, rest = pattern.split("://", 1)
+    parts = rest.split("/")
+    fixed = []
+    for part in parts:
+        if _GLOB_CHARS.search(part):
+            break
+        fixed.append(part)
+    base = f"{scheme}://" + "/".join(fixed)
+    return sorted(p for p, _ in _listdir_recursive(base) if fnmatch.fnmatch(p, pattern))
+
+
+def _in_other_partition_dir(path: str, root: str) -> bool:
+    """True if ``path`` lies in a Kafka partition dir other than ``__cluster_metadata-0`` below ``root``."""
+    rel = path[len(root):].strip("/").split("/")[:-1]
+    return any(_PARTITION_DIR_RE.match(d) and d != PARTITION_DIR for d in rel)
+
+
+_BATCH_START = struct.Struct(">qiib")
+
+
+def _sniff(path: str, info: KraftFile, size: int, explicit: bool) -> KraftFile | None:
+    """Confirm a file's kind by its first bytes; None to skip it (dir walk), IngestError if explicit."""
+    try:
+        head = read_range(path, 0, min(size, 4096))
+    except PermissionError:
+        raise IngestError(f"{path}: permission denied; make it readable (chmod +r)") from None
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if info.kind in (FileKind.SEGMENT, FileKind.SNAPSHOT, FileKind.BOOTSTRAP):
+        if len(head) >= 17:
+            base, length, _epoch, magic = _BATCH_START.unpack_from(head, 0)
+            if base < 0 or length < 14 or magic not in (0, 1, 2):
+                raise IngestError(
+                    f"{path}: not a Kafka record-batch file (first batch header: base offset {base}, length {length}, "
+                    f"magic {magic}); remove it from the input or rename it"
+                )
+        return info
+    from kraft_replay.ingest.dumptext import looks_like_dump_text
+
+    if looks_like_dump_text(head):
+        return KraftFile(info.name, FileKind.DUMP_TEXT)
+    if explicit:
+        raise IngestError(
+            f"{path}: not a KRaft metadata file (expected <20-digit offset>.log, <offset>-<epoch>.checkpoint, "
+            "bootstrap.checkpoint or kafka-dump-log text); remove it from the input"
+        )
+    return None
+
+
+_META_CACHE: dict[str, str | None] = {}
+
+
+def _meta_cluster_id(data_dir: str) -> str | None:
+    if data_dir in _META_CACHE:
+        return _META_CACHE[data_dir]
+    cid = None
+    for cand in (_join(data_dir, "meta.properties"),):
+        try:
+            text = read_range(cand, 0, 65536).decode("utf-8", "replace") if _exists(cand) else None
+        except OSError:
+            text = None
+        if text:
+            for line in text.splitlines():
+                k, sep, v = line.partition("=")
+                if sep and k.strip() == "cluster.id" and v.strip():
+                    cid = v.strip()
+                    break
+    _META_CACHE[data_dir] = cid
+    return cid
+
+
+def _cluster_id_for(path: str) -> str:
+    parent = _parent(path)
+    data_dir = _parent(parent) if PurePosixPath(parent).name == PARTITION_DIR else parent
+    cid = _meta_cluster_id(data_dir)
+    if cid is None and data_dir != parent:
+        cid = _meta_cluster_id(parent)
+    return cid or PurePosixPath(data_dir.rstrip("/")).name or "default"
+
+
+def discover(paths: list[str], cluster_id: str | None = None) -> tuple[list[InputFile], list[tuple[str, str]]]:
+    """Expand ``paths`` into the files to ingest, and the files skipped (with why), in path order."""
+    if not paths:
+        raise IngestError("no input paths given; pass a node's data dir, a __cluster_metadata-0 dir or files")
+    _META_CACHE.clear()
+    found: dict[str, InputFile] = {}
+    skipped: list[tuple[str, str]] = []
+
+    def take(path: str, size: int, explicit: bool, root: str | None) -> bool:
+        info = classify(path)
+        if info.kind is FileKind.IGNORED:
+            skipped.append((path, "ignored (index, bookkeeping or partial/deleted snapshot file)"))
+            return False
+        if root is not None and info.kind in (FileKind.SEGMENT, FileKind.SNAPSHOT) and _in_other_partition_dir(path, root):
+            skipped.append((path, "belongs to another topic partition, not __cluster_metadata-0"))
+            return False
+        confirmed = _sniff(path, info, size, explicit) if size > 0 or info.kind in (FileKind.UNKNOWN, FileKind.DUMP_TEXT) else info
+        if confirmed is None:
+            skipped.append((path, "not a KRaft metadata file"))
+            return False
+        if path not in found:
+            found[path] = InputFile(path, confirmed, size, cluster_id or _cluster_id_for(path))
+        return True
+
+    for raw in paths:
+        p = raw if is_uri(raw) else os.path.expanduser(raw)
+        if _GLOB_CHARS.search(p) and not _exists(p):
+            matches = _expand_glob(p)
+            if not matches:
+                raise IngestError(f"{raw}: the pattern matches no files; check the path")
+            before = len(found)
+            for m in matches:
+                if _is_dir(m):
+                    for fp, size in _listdir_recursive(m):
+                        take(fp, size, False, m)
+                else:
+                    take(m, file_size(m), False, None)
+            if len(found) == before:
+                raise IngestError(f"{raw}: the pattern matches no KRaft metadata files (segments, snapshots, bootstrap.checkpoint, dump text)")
+            continue
+        if not _exists(p):
+            raise IngestError(f"{raw}: no such file or directory; check the path")
+        if _is_dir(p):
+            if not is_uri(p) and not os.access(p, os.R_OK | os.X_OK):
+                raise IngestError(f"{raw}: permission denied; make the directory readable (chmod +rx)")
+            entries = _listdir_recursive(p)
+            if not entries:
+                raise IngestError(f"{raw}: directory is empty; pass a node's data dir or its __cluster_metadata-0 dir")
+            before = len(found)
+            for fp, size in entries:
+                take(fp, size, False, p)
+            if len(found) == before:
+                raise IngestError(
+                    f"{raw}: no KRaft metadata files found (expected __cluster_metadata-0/<offset>.log, "
+                    "<offset>-<epoch>.checkpoint, bootstrap.checkpoint or dump-log text)"
+                )
+        else:
+            if not is_uri(p) and not os.access(p, os.R_OK):
+                raise IngestError(f"{raw}: permission denied; make it readable (chmod +r)")
+            take(p, file_size(p), True, None)
+    return list(found.values()), skipped

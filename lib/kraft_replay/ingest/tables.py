@@ -1,0 +1,65 @@
+"""The five bronze tables: Spark schemas (from the Arrow contracts in ``codec.arrow``) and partitioning.
+
+``metadata_log`` is partitioned by ``cluster_id`` and ``offset_bucket`` (offset div 1,000,000) so
+replay scans of an offset range prune files; the others by ``cluster_id`` (``ingest_files`` is not
+partitioned: it is small and read whole).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from kraft_replay.codec.arrow import (
+    CONTROL_SCHEMA,
+    FILES_SCHEMA,
+    LOG_SCHEMA,
+    QUARANTINE_SCHEMA,
+    SNAPSHOT_SCHEMA,
+)
+
+__all__ = ["BronzeTable", "BRONZE_TABLES", "METADATA_LOG", "METADATA_CONTROL", "SNAPSHOT_RECORDS",
+           "INGEST_QUARANTINE", "INGEST_FILES", "spark_schema", "ensure_bronze_tables"]
+
+METADATA_LOG = "metadata_log"
+METADATA_CONTROL = "metadata_control"
+SNAPSHOT_RECORDS = "snapshot_records"
+INGEST_QUARANTINE = "ingest_quarantine"
+INGEST_FILES = "ingest_files"
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark ``StructType`` of a bronze Arrow schema (timestamps become ``TimestampType``)."""
+    return from_arrow_schema(schema)
+
+
+@dataclass(frozen=True)
+class BronzeTable:
+    name: str
+    arrow_schema: pa.Schema
+    partition_by: tuple[str, ...]
+
+    @property
+    def schema(self) -> StructType:
+        return spark_schema(self.arrow_schema)
+
+
+BRONZE_TABLES: dict[str, BronzeTable] = {
+    t.name: t
+    for t in (
+        BronzeTable(METADATA_LOG, LOG_SCHEMA, ("cluster_id", "offset_bucket")),
+        BronzeTable(METADATA_CONTROL, CONTROL_SCHEMA, ("cluster_id",)),
+        BronzeTable(SNAPSHOT_RECORDS, SNAPSHOT_SCHEMA, ("cluster_id",)),
+        BronzeTable(INGEST_QUARANTINE, QUARANTINE_SCHEMA, ("cluster_id",)),
+        BronzeTable(INGEST_FILES, FILES_SCHEMA, ()),
+    )
+}
+
+
+def ensure_bronze_tables(lake) -> None:  # noqa: ANN001 - kraft_replay.lake.Lake
+    """Create any missing bronze table with its contract schema and partitioning."""
+    for t in BRONZE_TABLES.values():
+        lake.create_table(t.name, t.schema, partition_by=list(t.partition_by))

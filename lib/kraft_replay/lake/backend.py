@@ -1,0 +1,52 @@
+"""Backend selection: the embedded delta-rs backend or native delta-spark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from kraft_replay.lake.errors import BackendUnavailableError, InvalidArgumentError
+
+DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
+
+
+def delta_spark_available(spark: SparkSession) -> bool:
+    """True when the delta-spark classes load in the session's JVM (the jar is on the classpath)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no local JVM to ask
+        return False
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(DELTA_SPARK_CLASS, False, loader)
+        return True
+    except Exception:  # py4j.protocol.Py4JJavaError: ClassNotFoundException
+        return False
+
+
+def resolve_backend(requested: str, spark: SparkSession) -> str:
+    """``auto`` -> ``delta-spark`` when its classes load, else ``deltars``; explicit names are checked."""
+    if requested == "auto":
+        return "delta-spark" if delta_spark_available(spark) else "deltars"
+    if requested == "deltars":
+        return requested
+    if requested == "delta-spark":
+        if not delta_spark_available(spark):
+            raise BackendUnavailableError(
+                f"backend 'delta-spark' requested but class {DELTA_SPARK_CLASS} is not on the Spark classpath; "
+                "add the delta-spark jar (spark.jars.packages=io.delta:delta-spark_2.13:4.0.0) or use --backend deltars"
+            )
+        return requested
+    raise InvalidArgumentError(f"unknown lake backend {requested!r}; use auto, deltars or delta-spark")
+
+
+def make_backend(requested: str, root: str, spark: SparkSession, target_file_rows: int,
+                 storage_options: dict[str, str] | None) -> Any:
+    kind = resolve_backend(requested, spark)
+    if kind == "delta-spark":
+        from kraft_replay.lake.delta_spark import DeltaSparkBackend
+
+        return DeltaSparkBackend(root, spark, target_file_rows)
+    from kraft_replay.lake.deltars import DeltaRsBackend
+
+    return DeltaRsBackend(root, spark, target_file_rows, storage_options)

@@ -1,0 +1,638 @@
+"""Embedded Delta backend: the transaction log through delta-rs on the driver, data through Spark.
+
+Write rule: Spark's own Parquet writer writes the DataFrame into a unique staging directory inside
+the table (``w-<uuid>/``, Hive-style partition sub-directories, at most ``target_file_rows`` rows
+per file); the driver reads the footers for statistics and commits one Delta transaction of add
+(and, for overwrites, remove) actions through ``DeltaTable.create_write_transaction``. An optional
+``txn=(app_id, version)`` adds Delta's ``txn`` action so a retried job commits exactly once.
+
+Read rule: delta-rs resolves the snapshot (latest, a version, or a timestamp) to its active file
+list; Spark reads exactly those files with the table schema. Partition columns come back through
+Spark's partition discovery from the ``col=value`` directories (so Spark prunes files on filters
+over partition columns natively); files written by other writers in another layout are read per
+partition with the values from the log's add actions.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from kraft_replay.lake import files as _files
+from kraft_replay.lake.errors import (
+    CommitConflictError,
+    CorruptTableError,
+    InvalidArgumentError,
+    LakeError,
+    LakeNotWritableError,
+    SchemaMismatchError,
+    UnknownTableError,
+)
+from kraft_replay.lake.schema import conform, same_schema, to_delta_schema, to_spark_schema
+
+COMMIT_RETRIES = 20
+_OP_RETRIES = 5  # whole-operation retries for overwrite/merge/compact when files changed underneath
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a write did: the version it created (None when skipped), files and rows added."""
+
+    table: str
+    version: int | None
+    files: int = 0
+    rows: int = 0
+    removed_files: int = 0
+    skipped: bool = False  # True when the txn (app_id, version) had already been committed
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One active data file of a snapshot (path relative to the table root, decoded)."""
+
+    path: str
+    size: int
+    num_records: int | None
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A resolved table version: its schema, partitioning and active files."""
+
+    name: str
+    version: int
+    schema: StructType
+    partition_by: list[str]
+    files: list[FileEntry]
+    table: DeltaTable
+
+
+def _partition_string(value: Any) -> str | None:
+    """Delta's string form of a typed partition value read back from delta-rs."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, _dt.datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    return str(value)
+
+
+def _as_utc(value: Any) -> _dt.datetime:
+    """A timestamp argument (datetime, or ISO-8601 string) as an aware UTC datetime."""
+    if isinstance(value, str):
+        try:
+            value = _dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidArgumentError(f"timestamp {value!r} is not ISO-8601 (e.g. 2026-01-31T12:00:00Z)") from None
+    if isinstance(value, _dt.date) and not isinstance(value, _dt.datetime):
+        value = _dt.datetime(value.year, value.month, value.day)
+    if not isinstance(value, _dt.datetime):
+        raise InvalidArgumentError(f"timestamp must be a datetime or ISO-8601 string, got {value!r}")
+    return value.replace(tzinfo=_dt.timezone.utc) if value.tzinfo is None else value.astimezone(_dt.timezone.utc)
+
+
+class DeltaRsBackend:
+    """Delta tables under ``root`` kept with delta-rs; Spark moves the data."""
+
+    name = "deltars"
+
+    def __init__(self, root: str, spark: SparkSession, target_file_rows: int,
+                 storage_options: dict[str, str] | None = None) -> None:
+        self.root = _files.Location.of(root)
+        self.spark = spark
+        self.target_file_rows = int(target_file_rows)
+        self.storage_options = storage_options
+        # Write timestamps as INT64 micros (not Spark's legacy INT96) so every Delta reader agrees.
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+
+    # ---- locations and snapshots -------------------------------------------------------------
+
+    def location(self, name: str) -> _files.Location:
+        return self.root.child(name)
+
+    def table_names(self) -> list[str]:
+        """Names of every directory under the root that holds a ``_delta_log``."""
+        sel = pafs.FileSelector(self.root.fs_path, recursive=False, allow_not_found=True)
+        names = []
+        for info in self.root.fs.get_file_info(sel):
+            if info.type == pafs.FileType.Directory and not info.base_name.startswith((".", "_")):
+                log = self.root.fs.get_file_info(f"{info.path}/_delta_log")
+                if log.type == pafs.FileType.Directory:
+                    names.append(info.base_name)
+        return sorted(names)
+
+    def exists(self, name: str) -> bool:
+        loc = self.location(name)
+        return loc.fs.get_file_info(f"{loc.fs_path}/_delta_log").type == pafs.FileType.Directory
+
+    def _open(self, name: str, version: int | None = None, timestamp: Any = None) -> DeltaTable:
+        loc = self.location(name)
+        log_dir = loc.fs.get_file_info(f"{loc.fs_path}/_delta_log")
+        if log_dir.type != pafs.FileType.Directory:
+            if loc.fs.get_file_info(loc.fs_path).type == pafs.FileType.Directory:
+                raise CorruptTableError(
+                    f"table {name!r} at {loc.uri} has no _delta_log directory; restore it from backup "
+                    "or delete the directory and recreate the table"
+                )
+            raise UnknownTableError(name, loc.uri, self.table_names())
+        try:
+            dt = DeltaTable(loc.uri, version=version, storage_options=self.storage_options)
+            if timestamp is not None:
+                when = _as_utc(timestamp)
+                dt.load_as_version(when)
+                committed = self._commit_time(loc, dt.version())
+                if committed is not None and committed > when:
+                    raise LakeError(
+                        f"table {name!r} at {loc.uri}: timestamp {when.isoformat()} is before its first "
+                        f"commit ({committed.isoformat()}); use a later timestamp")
+        except TableNotFoundError:
+            raise CorruptTableError(
+                f"table {name!r} at {loc.uri}: _delta_log holds no readable commit; restore it from "
+                "backup or delete the directory and recreate the table"
+            ) from None
+        except (DeltaError, OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            what = f"version {version}" if version is not None else (f"timestamp {timestamp}" if timestamp is not None else "latest version")
+            if version is not None or timestamp is not None:
+                raise LakeError(f"table {name!r} at {loc.uri}: cannot load {what}: {first}; "
+                                "see lake.history(name) for the versions that exist") from None
+            raise CorruptTableError(f"table {name!r} at {loc.uri}: unreadable _delta_log ({first}); "
+                                    "restore it from backup or recreate the table") from None
+        return dt
+
+    @staticmethod
+    def _commit_time(loc: _files.Location, version: int) -> _dt.datetime | None:
+        """The commitInfo timestamp of ``version`` (None when the commit file is gone)."""
+        import json as _json
+
+        try:
+            with loc.fs.open_input_stream(f"{loc.fs_path}/_delta_log/{version:020d}.json") as fh:
+                for line in fh.read().decode("utf-8").splitlines():
+                    info = _json.loads(line).get("commitInfo") if line.strip() else None
+                    if info and "timestamp" in info:
+                        return _dt.datetime.fromtimestamp(info["timestamp"] / 1000, tz=_dt.timezone.utc)
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def snapshot(self, name: str, version: int | None = None, timestamp: Any = None) -> Snapshot:
+        """Resolve ``name`` at the latest version, a version number or a timestamp."""
+        dt = self._open(name, version, timestamp)
+        schema = to_spark_schema(dt.schema())
+        parts = list(dt.metadata().partition_columns)
+        actions = pa.table(dt.get_add_actions(flatten=False))
+        files: list[FileEntry] = []
+        cols = set(actions.column_names)
+        paths = actions.column("path").to_pylist()
+        sizes = actions.column("size_bytes").to_pylist()
+        nums = actions.column("num_records").to_pylist() if "num_records" in cols else [None] * len(paths)
+        pvals = actions.column("partition").to_pylist() if parts and "partition" in cols else [{}] * len(paths)
+        for p, s, n, pv in zip(paths, sizes, nums, pvals):
+            values = {c: _partition_string((pv or {}).get(c)) for c in parts}
+            files.append(FileEntry(unquote(p), int(s), None if n is None else int(n), values))
+        return Snapshot(name, dt.version(), schema, parts, files, dt)
+
+    def schema(self, name: str) -> StructType:
+        return to_spark_schema(self._open(name).schema())
+
+    def version(self, name: str) -> int:
+        return self._open(name).version()
+
+    # ---- create ------------------------------------------------------------------------------
+
+    def _check_root_writable(self) -> None:
+        if isinstance(self.root.fs, pafs.LocalFileSystem):
+            path = self.root.fs_path
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:
+                raise LakeNotWritableError(f"lake root {path} cannot be created ({exc.strerror}); "
+                                           "pass a writable --lake directory") from None
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise LakeNotWritableError(f"lake root {path} is not writable; fix its permissions "
+                                           "or pass another --lake directory")
+
+    def create_table(self, name: str, schema: StructType, partition_by: list[str]) -> bool:
+        """Create the table if missing; an existing table must have the same schema and partitioning."""
+        missing = [c for c in partition_by if c not in schema.fieldNames()]
+        if missing:
+            raise InvalidArgumentError(f"table {name!r}: partition column {missing[0]!r} is not in the schema")
+        if self.exists(name):
+            snap = self._open(name)
+            have = to_spark_schema(snap.schema())
+            if not same_schema(have, schema) or list(snap.metadata().partition_columns) != list(partition_by):
+                raise SchemaMismatchError(
+                    f"table {name!r} at {self.location(name).uri} exists with schema "
+                    f"{have.simpleString()} partitioned by {list(snap.metadata().partition_columns)}, "
+                    f"not {schema.simpleString()} partitioned by {list(partition_by)}; "
+                    "use another name or drop the table"
+                )
+            return False
+        self._check_root_writable()
+        try:
+            DeltaTable.create(self.location(name).uri, to_delta_schema(schema), mode="ignore",
+                              partition_by=list(partition_by) or None, name=name,
+                              storage_options=self.storage_options)
+        except (DeltaError, OSError) as exc:
+            raise LakeNotWritableError(f"cannot create table {name!r} at {self.location(name).uri}: "
+                                       f"{str(exc).splitlines()[0]}; check the lake root") from None
+        return True
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def _stage(self, name: str, snap: Snapshot, df: DataFrame) -> tuple[str, list[tuple[AddAction, int]]]:
+        """Write ``df`` (already conformed) with Spark into a fresh staging dir; return add actions."""
+        loc = self.location(name)
+        staging = _files.new_staging_dir()
+        writer = (df.write.mode("errorifexists")
+                  .option("maxRecordsPerFile", self.target_file_rows)
+                  .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"))
+        if snap.partition_by:
+            writer = writer.partitionBy(*snap.partition_by)
+        try:
+            writer.parquet(f"{loc.spark_path}/{staging}")
+        except Exception:
+            _files.delete_staging(loc, staging)
+            raise
+        data_schema = StructType([f for f in snap.schema.fields if f.name not in snap.partition_by])
+        try:
+            staged = _files.list_staged(loc, staging)
+            adds = _files.add_actions_for(loc, staged, data_schema, snap.partition_by)
+            self._check_not_null(snap, adds)
+        except BaseException:
+            _files.delete_staging(loc, staging)
+            raise
+        return staging, adds
+
+    @staticmethod
+    def _check_not_null(snap: Snapshot, adds: list[tuple[AddAction, int]]) -> None:
+        """NOT NULL columns of the table schema: checked from the new files' null counts (no scan)."""
+        required = [f.name for f in snap.schema.fields if not f.nullable]
+        if not required:
+            return
+        import json as _json
+
+        for action, _rows in adds:
+            nulls = _json.loads(action.stats).get("nullCount", {})
+            for col in required:
+                if (col in snap.partition_by and action.partition_values.get(col) is None) or nulls.get(col, 0) > 0:
+                    raise SchemaMismatchError(
+                        f"table {snap.name!r}: column {col!r} is NOT NULL but the DataFrame has null values "
+                        "in it; filter or fill them before writing (nothing was committed)")
+
+    def _commit(self, name: str, snap: Snapshot, actions: list[AddAction | RemoveAction],
+                txn: tuple[str, int] | None, operation: str) -> int:
+        commit_id = uuid.uuid4().hex
+        props = CommitProperties(
+            custom_metadata={"kraft_replay.operation": operation, "kraft_replay.commitId": commit_id},
+            max_commit_retries=COMMIT_RETRIES,
+            app_transactions=[Transaction(txn[0], int(txn[1]))] if txn else None,
+        )
+        snap.table.create_write_transaction(actions, "append", snap.table.schema(),
+                                            partition_by=snap.partition_by or None,
+                                            commit_properties=props)
+        # The commit may have landed after concurrent ones: find its version by its id.
+        dt = snap.table
+        dt.update_incremental()
+        for info in dt.history(max(1, dt.version() - snap.version)):
+            if info.get("kraft_replay.commitId") == commit_id:
+                return int(info["version"])
+        raise CommitConflictError(f"table {name!r}: commit {commit_id} not found in the log after committing")
+
+    @staticmethod
+    def _check_txn(txn: tuple[str, int] | None) -> None:
+        if txn is None:
+            return
+        if not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str) and txn[0]
+                and isinstance(txn[1], int) and txn[1] >= 0):
+            raise InvalidArgumentError(f"txn must be (app_id: non-empty str, version: int >= 0), got {txn!r}")
+
+    @staticmethod
+    def _txn_done(dt: DeltaTable, txn: tuple[str, int] | None) -> bool:
+        if txn is None:
+            return False
+        done = dt.transaction_version(txn[0])
+        return done is not None and done >= txn[1]
+
+    def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
+              txn: tuple[str, int] | None = None) -> CommitResult:
+        """Append or overwrite (whole table or the partitions matching ``replace_where``), atomically."""
+        self._check_txn(txn)
+        snap = self.snapshot(name)
+        if self._txn_done(snap.table, txn):
+            return CommitResult(name, None, skipped=True)
+        df = conform(name, snap.schema, df)
+        if replace_where is not None:
+            self._check_partition_predicate(snap, replace_where)
+        loc = self.location(name)
+        staging, adds = self._stage(name, snap, df)
+        try:
+            if replace_where is not None and adds:
+                outside = self._not_matching(snap, [a.partition_values for a, _ in adds], replace_where)
+                if outside:
+                    raise InvalidArgumentError(
+                        f"table {name!r}: overwrite with replace_where={replace_where!r} got rows in partition "
+                        f"{outside[0]} that the predicate does not match; filter the DataFrame first"
+                    )
+            for attempt in range(_OP_RETRIES):
+                if self._txn_done(snap.table, txn):
+                    _files.delete_staging(loc, staging)
+                    return CommitResult(name, None, skipped=True)
+                removes: list[RemoveAction] = []
+                if mode == "overwrite":
+                    victims = snap.files if replace_where is None else self._matching(snap, replace_where)
+                    now = int(time.time() * 1000)
+                    removes = [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in victims]
+                try:
+                    version = self._commit(name, snap, [a for a, _ in adds] + removes, txn,
+                                           "WRITE" if mode == "append" else "OVERWRITE")
+                    return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+                except CommitFailedError as exc:
+                    if attempt == _OP_RETRIES - 1:
+                        raise CommitConflictError(
+                            f"table {name!r}: commit kept conflicting with concurrent writers "
+                            f"({str(exc).splitlines()[0]}); retry the job") from None
+                    snap = self.snapshot(name)  # files changed underneath: recompute removes and retry
+        except BaseException:
+            _files.delete_staging(loc, staging)
+            raise
+        raise AssertionError("unreachable")
+
+    # ---- partition predicates ----------------------------------------------------------------
+
+    def _partition_frame(self, snap: Snapshot, rows: list[dict[str, str | None]]) -> DataFrame:
+        str_schema = StructType([StructField("__i", StringType())] +
+                                [StructField(c, StringType()) for c in snap.partition_by])
+        data = [(str(i), *[r.get(c) for c in snap.partition_by]) for i, r in enumerate(rows)]
+        frame = self.spark.createDataFrame(data, str_schema)
+        types = {f.name: f.dataType for f in snap.schema.fields}
+        return frame.select("__i", *[F.col(c).cast(types[c]).alias(c) for c in snap.partition_by])
+
+    def _check_partition_predicate(self, snap: Snapshot, predicate: str) -> None:
+        if not snap.partition_by:
+            raise InvalidArgumentError(
+                f"table {snap.name!r} is not partitioned; replace_where needs partition columns "
+                "(overwrite the whole table instead)")
+        empty = self.spark.createDataFrame([], StructType([f for f in snap.schema.fields if f.name in snap.partition_by]))
+        try:
+            empty.where(predicate)
+        except Exception as exc:  # AnalysisException / ParseException
+            msg = str(exc).strip().splitlines()[0][:200]
+            raise InvalidArgumentError(
+                f"table {snap.name!r}: predicate {predicate!r} must use only partition columns "
+                f"{snap.partition_by} ({msg})") from None
+
+    def _matching_indexes(self, snap: Snapshot, rows: list[dict[str, str | None]], predicate: str) -> set[int]:
+        if not rows:
+            return set()
+        frame = self._partition_frame(snap, rows)
+        return {int(r["__i"]) for r in frame.where(F.coalesce(F.expr(predicate), F.lit(False))).select("__i").collect()}
+
+    def _matching(self, snap: Snapshot, predicate: str) -> list[FileEntry]:
+        hit = self._matching_indexes(snap, [f.partition_values for f in snap.files], predicate)
+        return [f for i, f in enumerate(snap.files) if i in hit]
+
+    def _not_matching(self, snap: Snapshot, rows: list[dict[str, str | None]], predicate: str) -> list[dict]:
+        distinct = [dict(t) for t in {tuple(sorted(r.items(), key=lambda kv: kv[0])) for r in rows}]
+        hit = self._matching_indexes(snap, distinct, predicate)
+        return [r for i, r in enumerate(distinct) if i not in hit]
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def read_files(self, snap: Snapshot, files: list[FileEntry]) -> DataFrame:
+        """A DataFrame over exactly ``files`` of ``snap``, columns in table order.
+
+        Files in Hive-style directories (ours under ``kr_write=w<hex>/``, or other writers' at the
+        root) are read with Spark's partition discovery, one scan per layout; files whose
+        directories do not encode their partition values are read per partition with literals.
+        """
+        loc = self.location(snap.name)
+        names = snap.schema.fieldNames()
+        if not files:
+            return self.spark.createDataFrame([], snap.schema)
+        frames: list[DataFrame] = []
+        by_layout: dict[str, list[FileEntry]] = defaultdict(list)
+        for f in files:
+            if _files.hive_partition_values(f.path, snap.partition_by) != f.partition_values:
+                by_layout["literal"].append(f)
+            else:
+                by_layout[_files.layout_of(f.path)].append(f)
+        for layout in ("staged", "other"):
+            group = by_layout.get(layout)
+            if group:
+                frames.append(self.spark.read.schema(snap.schema).option("basePath", loc.spark_path)
+                              .parquet(*[f"{loc.spark_path}/{f.path}" for f in group]).select(*names))
+        if by_layout.get("literal"):
+            frames.append(self._read_with_literals(snap, by_layout["literal"]))
+        return reduce(DataFrame.unionByName, frames)
+
+    def _read_with_literals(self, snap: Snapshot, files: list[FileEntry]) -> DataFrame:
+        loc = self.location(snap.name)
+        names = snap.schema.fieldNames()
+        # Another writer's layout: read each partition's files and add its values as literals.
+        groups: dict[tuple, list[FileEntry]] = defaultdict(list)
+        for f in files:
+            groups[tuple(f.partition_values.get(c) for c in snap.partition_by)].append(f)
+        data_schema = StructType([f for f in snap.schema.fields if f.name not in snap.partition_by])
+        types = {f.name: f.dataType for f in snap.schema.fields}
+        frames = []
+        for key, group in groups.items():
+            part = self.spark.read.schema(data_schema).parquet(*[f"{loc.spark_path}/{f.path}" for f in group])
+            lits: list[Column] = [F.lit(v).cast(types[c]).alias(c) for c, v in zip(snap.partition_by, key)]
+            frames.append(part.select("*", *lits).select(*names))
+        return reduce(DataFrame.unionByName, frames)
+
+    def read(self, name: str, version: int | None = None, timestamp: Any = None,
+             where: str | None = None) -> DataFrame:
+        """Rows of ``name`` at a snapshot; ``where`` (partition columns only) prunes files on the driver."""
+        snap = self.snapshot(name, version, timestamp)
+        files = snap.files
+        if where is not None:
+            self._check_partition_predicate(snap, where)
+            files = self._matching(snap, where)
+        df = self.read_files(snap, files)
+        return df.where(where) if where is not None else df
+
+    # ---- merge, compaction, vacuum, history --------------------------------------------------
+
+    def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
+        """Upsert: rows of ``df`` replace the table rows with equal ``keys``; new keys are inserted.
+
+        Mechanism: copy-on-write at file granularity, suited to small micro-batches. The files that
+        hold any of the batch's keys are found with a semi-join on ``_metadata.file_path`` (only
+        files in the batch's partitions when the keys include every partition column); those files
+        are rewritten without the replaced rows plus the batch, and one commit removes the old
+        files and adds the new ones. No deletion vectors, so any Delta reader can read the result.
+        A concurrent commit that removes one of the same files makes the commit fail; the whole
+        merge is then retried on the new snapshot.
+        """
+        self._check_txn(txn)
+        if not keys:
+            raise InvalidArgumentError(f"table {name!r}: merge needs at least one key column")
+        for attempt in range(_OP_RETRIES):
+            snap = self.snapshot(name)
+            if self._txn_done(snap.table, txn):
+                return CommitResult(name, None, skipped=True)
+            missing = [k for k in keys if k not in snap.schema.fieldNames()]
+            if missing:
+                raise InvalidArgumentError(f"table {name!r}: merge key {missing[0]!r} is not a column "
+                                           f"(columns: {', '.join(snap.schema.fieldNames())})")
+            batch = conform(name, snap.schema, df).cache()
+            try:
+                dup = batch.groupBy(*keys).count().where("count > 1").limit(1).collect()
+                if dup:
+                    raise InvalidArgumentError(
+                        f"table {name!r}: merge batch has several rows for key "
+                        f"{ {k: dup[0][k] for k in keys} }; deduplicate it first")
+                candidates = snap.files
+                if snap.partition_by and set(snap.partition_by) <= set(keys) and candidates:
+                    wanted = {tuple(str(v) if v is not None else None for v in r)
+                              for r in batch.select(*[F.col(c).cast("string") for c in snap.partition_by]).distinct().collect()}
+                    candidates = [f for f in candidates
+                                  if tuple(f.partition_values.get(c) for c in snap.partition_by) in wanted]
+                touched: list[FileEntry] = []
+                if candidates:
+                    current = self.read_files(snap, candidates).select(*keys, F.col("_metadata.file_path").alias("__file"))
+                    hit_paths = {r["__file"] for r in current.join(batch.select(*keys), keys, "left_semi")
+                                 .select("__file").distinct().collect()}
+                    loc = self.location(name)
+                    prefix = loc.fs_path.rstrip("/") + "/"
+                    hit_rel = set()
+                    for p in hit_paths:
+                        local = unquote(p.split("://", 1)[-1] if "://" in p else p.split(":", 1)[-1])
+                        idx = local.find(prefix)
+                        hit_rel.add(local[idx + len(prefix):] if idx >= 0 else local)
+                    touched = [f for f in candidates if f.path in hit_rel]
+                if touched:
+                    kept = self.read_files(snap, touched).join(batch.select(*keys), keys, "left_anti")
+                    out = kept.select(*snap.schema.fieldNames()).unionByName(batch)
+                else:
+                    out = batch
+                loc = self.location(name)
+                staging, adds = self._stage(name, snap, out)
+                now = int(time.time() * 1000)
+                removes = [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in touched]
+                try:
+                    version = self._commit(name, snap, [a for a, _ in adds] + removes, txn, "MERGE")
+                    return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+                except CommitFailedError as exc:
+                    _files.delete_staging(loc, staging)
+                    if attempt == _OP_RETRIES - 1:
+                        raise CommitConflictError(f"table {name!r}: merge kept conflicting with concurrent "
+                                                  f"writers ({str(exc).splitlines()[0]}); retry") from None
+                except BaseException:
+                    _files.delete_staging(loc, staging)
+                    raise
+            finally:
+                batch.unpersist()
+        raise AssertionError("unreachable")
+
+    def compact(self, name: str, min_files: int = 2) -> CommitResult:
+        """Rewrite each partition's small files (< half the target rows) into files of the target size.
+
+        The commit removes the old files and adds the new ones with ``dataChange=false`` (the rows
+        are unchanged, so streaming readers skip it). Partitions with fewer than ``min_files``
+        small files are left alone.
+        """
+        snap = self.snapshot(name)
+        small_limit = max(1, self.target_file_rows // 2)
+        groups: dict[tuple, list[FileEntry]] = defaultdict(list)
+        for f in snap.files:
+            if f.num_records is not None and f.num_records < small_limit:
+                groups[tuple(f.partition_values.get(c) for c in snap.partition_by)].append(f)
+        victims = [f for g in groups.values() if len(g) >= min_files for f in g]
+        if not victims:
+            return CommitResult(name, None)
+        total = sum(f.num_records or 0 for f in victims)
+        df = self.read_files(snap, victims)
+        df = df.repartition(*snap.partition_by) if snap.partition_by else df.coalesce(max(1, -(-total // self.target_file_rows)))
+        loc = self.location(name)
+        staging, adds = self._stage(name, snap, df)
+        adds = [(AddAction(a.path, a.size, a.partition_values, a.modification_time, False, a.stats), n) for a, n in adds]
+        now = int(time.time() * 1000)
+        removes = [RemoveAction(f.path, False, now, f.size, f.partition_values) for f in victims]
+        try:
+            version = self._commit(name, snap, [a for a, _ in adds] + removes, None, "OPTIMIZE")
+        except BaseException:
+            _files.delete_staging(loc, staging)
+            raise
+        return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+
+    def vacuum(self, name: str, retain_hours: float = 168.0) -> list[str]:
+        """Delete files no snapshot within ``retain_hours`` needs, and files never committed."""
+        dt = self._open(name)
+        deleted = dt.vacuum(retention_hours=int(retain_hours), dry_run=False, enforce_retention_duration=False,
+                            full=True)
+        loc = self.location(name)
+        if isinstance(loc.fs, pafs.LocalFileSystem):  # drop staging dirs left empty
+            for entry in os.scandir(loc.fs_path):
+                if entry.is_dir() and entry.name.startswith(_files.STAGING_PREFIX):
+                    for dirpath, _dirs, _fns in sorted(os.walk(entry.path), key=lambda t: -len(t[0])):
+                        try:
+                            os.rmdir(dirpath)
+                        except OSError:
+                            pass
+        return list(deleted)
+
+    def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return self._open(name).history(limit)
+
+    def table_info(self, name: str) -> tuple[int, int, StructType, list[str], int]:
+        """(version, rows, schema, partition columns, files) of the latest snapshot."""
+        snap = self.snapshot(name)
+        return snap.version, self.num_rows(snap), snap.schema, snap.partition_by, len(snap.files)
+
+    def num_rows(self, snap: Snapshot) -> int:
+        """Row count from the add actions' statistics; counts with Spark only files lacking them."""
+        known = sum(f.num_records for f in snap.files if f.num_records is not None)
+        unknown = [f for f in snap.files if f.num_records is None]
+        return known + (self.read_files(snap, unknown).count() if unknown else 0)
+
+    # ---- streaming ---------------------------------------------------------------------------
+
+    def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
+                    max_rows_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
+        """Streaming DataFrame over ``name`` via the lake's Python data source (see ``lake.stream``)."""
+        from kraft_replay.lake.stream import stream_table
+
+        for label, value in (("max_files_per_trigger", max_files_per_trigger),
+                             ("max_rows_per_trigger", max_rows_per_trigger)):
+            if value is not None and value < 1:
+                raise InvalidArgumentError(f"{label} must be >= 1, got {value}")
+        snap = self._open(name)
+        if starting_version is not None and not 0 <= starting_version <= snap.version():
+            raise InvalidArgumentError(f"table {name!r}: starting_version {starting_version} not in 0..{snap.version()}")
+        return stream_table(self.spark, self.location(name).uri, to_spark_schema(snap.schema()),
+                            list(snap.metadata().partition_columns),
+                            max_files_per_trigger=max_files_per_trigger,
+                            max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version)
+
+    def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
+                     query_name: str | None = None) -> Any:
+        """Exactly-once streaming append: foreachBatch + Delta txn (query id from the checkpoint, batch id)."""
+        from kraft_replay.lake.stream import start_sink
+
+        self._open(name)  # fail fast on unknown table
+        conform(name, self.schema(name), df)  # fail fast on schema mismatch
+        return start_sink(df, name, checkpoint, lambda batch, txn: self.write(name, batch, mode="append", txn=txn),
+                          trigger=trigger, query_name=query_name)

@@ -1,0 +1,316 @@
+"""Structured Streaming over embedded-backend tables: a Python Data Source and an exactly-once sink.
+
+Source rule (like Delta's own streaming source): a query first reads the snapshot of the table at
+the version it starts from (or, with ``starting_version``, the changes from that version on), then
+every later commit's ``add`` actions with ``dataChange=true`` in log order. Remove actions and
+``dataChange=false`` rewrites (compaction) are skipped, so rows replaced by overwrite/merge are not
+retracted. An offset is ``{"snapshot": s, "version": v, "index": i}``: every file before file ``i``
+of version ``v`` has been read (``s`` is the snapshot version the query started from, or -1).
+
+Shape, chosen for speed: offsets and file lists are planned on the driver from the Delta log;
+each Spark partition gets a *bin of whole files* (bins balanced by bytes, about two per core) and
+reads them with pyarrow's Parquet reader, yielding 64k-row ``pyarrow.RecordBatch``es that Spark
+takes over without per-row conversion. No Python code touches individual rows. (One partition per
+file with tuples per row - the shape to avoid - was ~10x slower.)
+
+Sink rule: ``foreachBatch`` appends each micro-batch with the Delta ``txn`` action
+``(app_id, batch_id)``; ``app_id`` is derived from the streaming query id stored in the checkpoint,
+so a batch replayed after a crash is skipped, while a fresh checkpoint gets a fresh id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
+
+SOURCE_NAME = "kraft_replay_lake"
+_BATCH_ROWS = 65_536
+
+
+def _fs_for(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    return pafs.FileSystem.from_uri(uri)
+
+
+@dataclass(frozen=True)
+class _File:
+    path: str  # relative to the table root, decoded
+    size: int
+    rows: int | None
+    partition_values: dict[str, str | None]
+
+
+class FileBin(InputPartition):
+    """A Spark partition of the stream: whole files, read one after the other."""
+
+    def __init__(self, files: list[tuple[str, dict[str, str | None]]]) -> None:
+        super().__init__(files)
+        self.files = files
+
+
+def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> list[_File]:
+    """Added data files (dataChange=true) of one commit, in log order."""
+    path = f"{table_path}/_delta_log/{version:020d}.json"
+    try:
+        with fs.open_input_stream(path) as fh:
+            text = fh.read().decode("utf-8")
+    except (FileNotFoundError, OSError) as exc:
+        raise RuntimeError(
+            f"streaming source: commit {path} is gone (log cleaned up?); restart the query from a newer "
+            f"version or a fresh checkpoint ({exc})") from None
+    out: list[_File] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        add = action.get("add")
+        if add and add.get("dataChange", True):
+            stats = json.loads(add["stats"]) if add.get("stats") else {}
+            out.append(_File(unquote(add["path"]), int(add.get("size", 0)), stats.get("numRecords"),
+                             dict(add.get("partitionValues") or {})))
+    return out
+
+
+class LakeStreamReader(DataSourceStreamReader):
+    """Plans micro-batches from the Delta log; see the module docstring for the offset rule."""
+
+    def __init__(self, schema: StructType, options: dict[str, str]) -> None:
+        self.schema = schema
+        self.uri = options["uri"]
+        self.partition_by: list[str] = json.loads(options.get("partition_by", "[]"))
+        self.max_files = int(options["max_files"]) if options.get("max_files") else None
+        self.max_rows = int(options["max_rows"]) if options.get("max_rows") else None
+        self.starting_version = int(options["starting_version"]) if options.get("starting_version") else None
+        self.bins = max(1, int(options.get("bins", "4")))
+        self._fs, self._path = _fs_for(self.uri)
+        self._cache: dict[tuple[int, int], list[_File]] = {}
+        self._table = None
+
+    # -- log access (driver) --
+
+    def _latest(self) -> int:
+        from deltalake import DeltaTable
+
+        if self._table is None:
+            self._table = DeltaTable(self.uri)
+        else:
+            self._table.update_incremental()
+        return self._table.version()
+
+    def _files_of(self, snapshot: int, version: int) -> list[_File]:
+        key = (snapshot, version)
+        if key not in self._cache:
+            if version == snapshot:
+                from deltalake import DeltaTable
+
+                from kraft_replay.lake.deltars import _partition_string
+
+                acts = pa.table(DeltaTable(self.uri, version=version).get_add_actions(flatten=False))
+                cols = set(acts.column_names)
+                paths = acts.column("path").to_pylist()
+                sizes = acts.column("size_bytes").to_pylist()
+                nums = acts.column("num_records").to_pylist() if "num_records" in cols else [None] * len(paths)
+                pvs = acts.column("partition").to_pylist() if self.partition_by and "partition" in cols else [{}] * len(paths)
+                files = [_File(unquote(p), int(s), n, {c: _partition_string((pv or {}).get(c)) for c in self.partition_by})
+                         for p, s, n, pv in zip(paths, sizes, nums, pvs)]
+                self._cache[key] = sorted(files, key=lambda f: f.path)
+            else:
+                self._cache[key] = _commit_adds(self._fs, self._path, version)
+        return self._cache[key]
+
+    # -- offsets --
+
+    def initialOffset(self) -> dict:
+        if self.starting_version is not None:
+            return {"snapshot": -1, "version": self.starting_version, "index": 0}
+        latest = self._latest()
+        return {"snapshot": latest, "version": latest, "index": 0}
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows
+
+        if self.max_files is not None:
+            return ReadMaxFiles(self.max_files)
+        if self.max_rows is not None:
+            return ReadMaxRows(self.max_rows)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        """Advance from ``start`` over whole files, stopping before a file that would exceed the limits.
+
+        At least one file is taken when any is available, so a file larger than ``max_rows`` still
+        makes progress. ``ReadAllAvailable`` (e.g. Trigger.AvailableNow) ignores the limits.
+        """
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+        limited = not isinstance(limit, ReadAllAvailable)
+        max_files = self.max_files if limited else None
+        max_rows = self.max_rows if limited else None
+        if limited and max_files is None and max_rows is None:
+            max_files = getattr(limit, "max_files", None)
+            max_rows = getattr(limit, "max_rows", None)
+        latest = self._latest()
+        snap, v, i = start["snapshot"], start["version"], start["index"]
+        files = rows = 0
+        while v <= latest:
+            flist = self._files_of(snap, v)
+            while i < len(flist):
+                n = flist[i].rows or 0
+                if files and ((max_files is not None and files + 1 > max_files)
+                              or (max_rows is not None and rows + n > max_rows)):
+                    return {"snapshot": snap, "version": v, "index": i}
+                files += 1
+                rows += n
+                i += 1
+            v, i = v + 1, 0
+        return {"snapshot": snap, "version": v, "index": 0}
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def _between(self, start: dict, end: dict) -> list[_File]:
+        snap = start["snapshot"]
+        out: list[_File] = []
+        v, i = start["version"], start["index"]
+        while (v, i) < (end["version"], end["index"]):
+            flist = self._files_of(snap, v)
+            stop = end["index"] if v == end["version"] else len(flist)
+            out.extend(flist[i:stop])
+            v, i = v + 1, 0
+        return out
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        files = self._between(start, end)
+        if not files:
+            return []
+        n = min(len(files), self.bins)
+        bins: list[list[tuple[str, dict]]] = [[] for _ in range(n)]
+        weights = [0] * n
+        for f in sorted(files, key=lambda f: -f.size):  # largest first into the lightest bin
+            k = weights.index(min(weights))
+            bins[k].append((f"{self._path}/{f.path}", f.partition_values))
+            weights[k] += max(f.size, 1)
+        return [FileBin(b) for b in bins if b]
+
+    def commit(self, end: dict) -> None:
+        # Files of versions before ``end`` will not be asked for again.
+        for key in [k for k in self._cache if k[1] < end["version"]]:
+            del self._cache[key]
+
+    # -- data (executors) --
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        fs, _ = _fs_for(self.uri)
+        parts = set(self.partition_by)
+        data_cols = [f.name for f in target if f.name not in parts]
+        for path, pvalues in partition.files:  # type: ignore[attr-defined]
+            with fs.open_input_file(path) as fh:
+                pf = pq.ParquetFile(fh)
+                present = set(pf.schema_arrow.names)
+                cols = [c for c in data_cols if c in present]
+                for batch in pf.iter_batches(batch_size=_BATCH_ROWS, columns=cols):
+                    n = batch.num_rows
+                    arrays = []
+                    for field in target:
+                        if field.name in parts:
+                            value = pvalues.get(field.name)
+                            arr = pa.nulls(n, field.type) if value is None else \
+                                pa.array([value] * n, pa.string()).cast(field.type)
+                        elif field.name in present:
+                            arr = batch.column(field.name)
+                            if not arr.type.equals(field.type):
+                                arr = arr.cast(field.type)
+                        else:
+                            arr = pa.nulls(n, field.type)
+                        arrays.append(arr)
+                    yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+class LakeStreamSource(DataSource):
+    """``spark.readStream.format("kraft_replay_lake")`` over one embedded-backend Delta table."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return StructType.fromJson(json.loads(self.options["schema"]))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LakeStreamReader(schema, dict(self.options))
+
+
+_REGISTERED: set[int] = set()
+
+
+def register_source(spark: SparkSession) -> None:
+    """Register the data source with ``spark`` (once per session)."""
+    if id(spark) not in _REGISTERED:
+        spark.dataSource.register(LakeStreamSource)
+        _REGISTERED.add(id(spark))
+
+
+def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by: list[str], *,
+                 max_files_per_trigger: int | None, max_rows_per_trigger: int | None,
+                 starting_version: int | None) -> DataFrame:
+    """A streaming DataFrame over the table at ``uri`` (see the module docstring)."""
+    register_source(spark)
+    reader = (spark.readStream.format(SOURCE_NAME)
+              .option("uri", uri)
+              .option("schema", schema.json())
+              .option("partition_by", json.dumps(partition_by))
+              .option("bins", str(max(1, spark.sparkContext.defaultParallelism * 2))))
+    if max_files_per_trigger is not None:
+        reader = reader.option("max_files", str(int(max_files_per_trigger)))
+    if max_rows_per_trigger is not None:
+        reader = reader.option("max_rows", str(int(max_rows_per_trigger)))
+    if starting_version is not None:
+        reader = reader.option("starting_version", str(int(starting_version)))
+    return reader.load()
+
+
+def sink_app_id(checkpoint: str, table: str) -> str:
+    """The Delta txn app id of a streaming sink: table name + the query id kept in the checkpoint.
+
+    Spark writes ``<checkpoint>/metadata`` (``{"id": "<query uuid>"}``) before the first batch and
+    keeps it across restarts; a new checkpoint means a new query id and so a new txn sequence.
+    """
+    fs, path = _fs_for(checkpoint)
+    with fs.open_input_stream(f"{path.rstrip('/')}/metadata") as fh:
+        query_id = json.loads(fh.read().decode("utf-8").splitlines()[0])["id"]
+    digest = hashlib.sha1(f"{table}:{query_id}".encode()).hexdigest()[:16]
+    return f"kraft-replay-sink-{table}-{digest}"
+
+
+def start_sink(df: DataFrame, table: str, checkpoint: str,
+               append: Callable[[DataFrame, tuple[str, int]], Any],
+               trigger: dict[str, Any] | None = None, query_name: str | None = None) -> StreamingQuery:
+    """Start ``df.writeStream.foreachBatch`` appending each batch with txn ``(sink_app_id, batch_id)``."""
+    app_id: list[str] = []
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        if not app_id:
+            app_id.append(sink_app_id(checkpoint, table))
+        append(batch, (app_id[0], int(batch_id)))
+
+    writer = df.writeStream.foreachBatch(write_batch).option("checkpointLocation", checkpoint)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()

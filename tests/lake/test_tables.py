@@ -1,0 +1,190 @@
+"""Round trips, time travel, overwrite, idempotent txns, merge, compaction, vacuum, views."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from conftest import EVENTS, events
+from kraft_replay.lake import Lake
+
+
+def test_append_read_round_trip(spark, lake, events_table):
+    df = events(spark, 0, 2000)
+    res = lake.append(events_table, df)
+    assert res.rows == 2000 and res.version == 1 and not res.skipped
+    back = lake.read(events_table)
+    assert back.columns == EVENTS.fieldNames()
+    assert_df_equality(back, df, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_files_respect_target_rows_and_carry_stats(spark, lake, events_table):
+    lake.append(events_table, events(spark, 0, 3000, slices=1))
+    snap = lake._impl.snapshot(events_table)
+    # 1 task x 3 partition values x 1000 rows each, at most 500 rows per file -> 6 files of 500.
+    assert sorted(f.num_records for f in snap.files) == [500] * 6
+    for f in snap.files:
+        meta = pq.read_metadata(f"{lake.root}/{events_table}/{f.path}")
+        assert meta.num_rows == f.num_records
+    add = pa.table(lake._impl.snapshot(events_table).table.get_add_actions(flatten=True)).to_pydict()
+    assert all(lo <= hi for lo, hi in zip(add["min.id"], add["max.id"]))
+    assert sum(add["num_records"]) == 3000
+
+
+def test_time_travel_by_version_and_timestamp(spark, lake, events_table):
+    v1 = lake.append(events_table, events(spark, 0, 100)).version
+    time.sleep(1.1)
+    v2 = lake.append(events_table, events(spark, 100, 250)).version
+    assert (v1, v2) == (1, 2)
+    assert lake.read(events_table, version=v1).count() == 100
+    assert lake.read(events_table, version=0).count() == 0
+    assert lake.read(events_table).count() == 250
+    ts1 = next(h["timestamp"] for h in lake.history(events_table) if h["version"] == v1)
+    at_v1 = dt.datetime.fromtimestamp((ts1 + 500) / 1000, tz=dt.timezone.utc)
+    assert lake.read(events_table, timestamp=at_v1).count() == 100
+    assert lake.read(events_table, timestamp=at_v1.isoformat()).count() == 100
+    assert [h["version"] for h in lake.history(events_table)] == [2, 1, 0]
+
+
+def _files_scanned(df) -> int:
+    """Files Spark's scan actually opened, from the executed plan's metrics."""
+    df.collect()
+    plan = df._jdf.queryExecution().executedPlan()
+    total = 0
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        metrics = node.metrics()
+        if metrics.contains("numFiles"):
+            total += int(metrics.apply("numFiles").value())
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return total
+
+
+def test_partition_pruning_reads_fewer_files(spark, lake, events_table):
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        lake.append(events_table, events(spark, 0, 3000, parts=3, slices=1))
+        all_files = len(lake._impl.snapshot(events_table).files)
+        full = lake.read(events_table)
+        pruned = lake.read(events_table).where("part = 1")
+        assert _files_scanned(full) == all_files == 6
+        assert _files_scanned(pruned) == 2
+        assert pruned.count() == 1000
+        # Driver-side pruning through `where` lists only the matching files.
+        assert len(lake.read(events_table, where="part = 2").inputFiles()) == 2
+        assert lake.read(events_table, where="part = 2").where("id % 3 != 2").count() == 0
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", "true")
+
+
+def test_txn_makes_append_idempotent(spark, lake, events_table):
+    first = lake.append(events_table, events(spark, 0, 100), txn=("ingest-job", 7))
+    again = lake.append(events_table, events(spark, 0, 100), txn=("ingest-job", 7))
+    older = lake.append(events_table, events(spark, 0, 100), txn=("ingest-job", 3))
+    newer = lake.append(events_table, events(spark, 100, 150), txn=("ingest-job", 8))
+    assert not first.skipped and again.skipped and older.skipped and not newer.skipped
+    assert lake.read(events_table).count() == 150
+    assert lake._impl.snapshot(events_table).table.transaction_version("ingest-job") == 8
+
+
+def test_overwrite_whole_table_and_replace_where(spark, lake, events_table):
+    lake.append(events_table, events(spark, 0, 300))
+    res = lake.overwrite(events_table, events(spark, 1000, 1030))
+    assert res.removed_files > 0
+    assert sorted(r.id for r in lake.read(events_table).collect()) == list(range(1000, 1030))
+    # Replace only partition 0; partitions 1 and 2 keep their rows.
+    new_part0 = events(spark, 5000, 5030).where("part = 0")
+    lake.overwrite(events_table, new_part0, replace_where="part = 0")
+    got = lake.read(events_table)
+    assert got.where("part = 0").count() == new_part0.count()
+    assert got.where("part = 0 AND id < 5000").count() == 0
+    assert got.where("part != 0").count() == 20
+    # Rows outside the predicate are refused and nothing is committed.
+    version = lake.version(events_table)
+    with pytest.raises(Exception, match="does not match"):
+        lake.overwrite(events_table, events(spark, 0, 10), replace_where="part = 0")
+    assert lake.version(events_table) == version
+
+
+def test_merge_upserts_and_rewrites_only_touched_files(spark, lake, events_table):
+    lake.append(events_table, events(spark, 0, 900, slices=1))
+    before = {f.path for f in lake._impl.snapshot(events_table).files}
+    upd = events(spark, 0, 0).unionByName(
+        spark.createDataFrame([(3, "changed", dt.datetime(2030, 1, 1), 0), (10_000, "new", None, 1)], EVENTS))
+    res = lake.merge(events_table, upd, keys=["id", "part"])
+    after = lake.read(events_table)
+    assert after.count() == 901
+    assert after.where("id = 3").collect()[0]["name"] == "changed"
+    assert after.where("id = 10000").collect()[0]["name"] == "new"
+    assert after.select("id").distinct().count() == 901
+    # Only the file holding id 3 (partition 0) was replaced.
+    assert res.removed_files == 1
+    now = {f.path for f in lake._impl.snapshot(events_table).files}
+    assert len(before - now) == 1
+    dup = spark.createDataFrame([(1, "a", None, 1), (1, "b", None, 1)], EVENTS)
+    with pytest.raises(Exception, match="several rows for key"):
+        lake.merge(events_table, dup, keys=["id", "part"])
+
+
+def test_compact_then_vacuum(spark, lake, events_table):
+    for i in range(4):
+        lake.append(events_table, events(spark, i * 30, (i + 1) * 30))
+    small = len(lake._impl.snapshot(events_table).files)
+    expected = lake.read(events_table)
+    expected_rows = sorted(expected.collect())
+    res = lake.compact(events_table)
+    snap = lake._impl.snapshot(events_table)
+    assert len(snap.files) == 3 < small  # one file per partition value
+    assert res.removed_files == small
+    assert sorted(lake.read(events_table).collect()) == expected_rows
+    entry = lake.history(events_table, 1)[0]
+    assert entry["kraft_replay.operation"] == "OPTIMIZE"
+    import json as _json
+
+    log = (snap.table.table_uri.replace("file://", "") + f"/_delta_log/{snap.version:020d}.json")
+    actions = [_json.loads(line) for line in open(log)]
+    assert all(a["add"]["dataChange"] is False for a in actions if "add" in a)
+    assert all(a["remove"]["dataChange"] is False for a in actions if "remove" in a)
+    deleted = lake.vacuum(events_table, retain_hours=0)
+    assert len(deleted) == small
+    assert sorted(lake.read(events_table).collect()) == expected_rows
+    assert sorted(lake.read(events_table, version=snap.version).collect()) == expected_rows
+
+
+def test_tables_and_views(spark, lake, events_table):
+    lake.append(events_table, events(spark, 0, 120))
+    lake.create_table("kv", StructType([StructField("k", StringType()), StructField("v", LongType())]))
+    lake.append("kv", spark.createDataFrame([("a", 1), ("b", 2)], "k string, v long"))
+    infos = {t.name: t for t in lake.tables()}
+    assert set(infos) == {"events", "kv"}
+    assert (infos["events"].version, infos["events"].num_rows) == (1, 120)
+    assert (infos["kv"].num_rows, infos["kv"].partition_by) == (2, ())
+    assert infos["events"].schema.fieldNames() == EVENTS.fieldNames()
+    assert sorted(lake.register_views()) == ["events", "kv"]
+    row = spark.sql("SELECT count(*) AS n, sum(v) AS s FROM kv").collect()[0]
+    assert (row.n, row.s) == (2, 3)
+    assert spark.sql("SELECT count(*) FROM events WHERE part = 0").collect()[0][0] == 40
+
+
+def test_create_table_is_idempotent_and_checks_schema(lake):
+    assert lake.create_table("t", EVENTS, ["part"]) is True
+    assert lake.create_table("t", EVENTS, ["part"]) is False
+    with pytest.raises(Exception, match="exists with schema"):
+        lake.create_table("t", StructType([StructField("x", LongType())]))
+
+
+def test_lake_on_file_uri(spark, tmp_path):
+    lake = Lake(f"file://{tmp_path}/urilake", spark, backend="deltars", target_file_rows=1000)
+    lake.create_table("e", EVENTS, ["part"])
+    lake.append("e", events(spark, 0, 50))
+    assert lake.read("e").count() == 50
+    assert [t.name for t in lake.tables()] == ["e"]
