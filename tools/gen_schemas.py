@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pprint
 import re
 import sys
 from pathlib import Path
@@ -46,8 +45,20 @@ CONTROL_SCHEMA_NAMES = (
     "VotersRecord",
 )
 
-_PRIMITIVES = {"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "uuid",
-               "string", "bytes", "records"}
+_PRIMITIVES = {
+    "bool",
+    "int8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "float64",
+    "uuid",
+    "string",
+    "bytes",
+    "records",
+}
 
 
 class SchemaError(ValueError):
@@ -214,9 +225,11 @@ def render(messages: dict[str, dict[str, Any]], source: str) -> str:
         "",
         "# fmt: off",
         "# ruff: noqa: E501",
+        "from typing import Any",
+        "",
         f"SOURCE = {source!r}",
         "",
-        "MESSAGES = {",
+        "MESSAGES: dict[str, dict[str, Any]] = {",
     ]
     for name, m in messages.items():
         lines.append(f"    {name!r}: {{")

@@ -24,11 +24,29 @@ from kraft_replay.codec.records import MetadataRecord, decode_record_value, enco
 from kraft_replay.codec.schema import CONTROL_SCHEMAS, RECORD_TYPES
 
 DESIGN_COLUMNS = [
-    "register_broker", "unregister_broker", "topic", "partition", "config", "partition_change", "fence_broker",
-    "unfence_broker", "remove_topic", "delegation_token", "user_scram_credential", "feature_level", "client_quota",
-    "producer_ids", "broker_registration_change", "access_control_entry", "remove_access_control_entry",
-    "zk_migration_state", "remove_user_scram_credential", "begin_transaction", "abort_transaction",
-    "remove_delegation_token", "register_controller",
+    "register_broker",
+    "unregister_broker",
+    "topic",
+    "partition",
+    "config",
+    "partition_change",
+    "fence_broker",
+    "unfence_broker",
+    "remove_topic",
+    "delegation_token",
+    "user_scram_credential",
+    "feature_level",
+    "client_quota",
+    "producer_ids",
+    "broker_registration_change",
+    "access_control_entry",
+    "remove_access_control_entry",
+    "zk_migration_state",
+    "remove_user_scram_credential",
+    "begin_transaction",
+    "abort_transaction",
+    "remove_delegation_token",
+    "register_controller",
 ]
 TOPIC = "AAAAAAAAAAEAAAAAAAAAAg"
 
@@ -37,7 +55,9 @@ def _table(records: list[MetadataRecord | None]) -> pa.Table:
     keys = pa.array([None if r is None else r.api_key for r in records], pa.int32())
     vers = pa.array([None if r is None else r.version for r in records], pa.int32())
     cols = build_payload_columns(records)
-    return pa.Table.from_arrays([keys, vers, *cols], names=["api_key", "record_version"] + [f.name for f in PAYLOAD_FIELDS])
+    return pa.Table.from_arrays(
+        [keys, vers, *cols], names=["api_key", "record_version"] + [f.name for f in PAYLOAD_FIELDS]
+    )
 
 
 def _strip_unknown(v):  # type: ignore[no-untyped-def]
@@ -59,9 +79,21 @@ def test_columns_and_types_follow_design() -> None:
     assert rb.field("log_dirs").type == pa.list_(pa.string())
     assert rb.field("is_migrating_zk_broker").type == pa.bool_()
     part = by["partition"]
-    assert [f.name for f in part] == ["partition_id", "topic_id", "replicas", "isr", "removing_replicas",
-                                      "adding_replicas", "leader", "leader_recovery_state", "leader_epoch",
-                                      "partition_epoch", "directories", "eligible_leader_replicas", "last_known_elr"]
+    assert [f.name for f in part] == [
+        "partition_id",
+        "topic_id",
+        "replicas",
+        "isr",
+        "removing_replicas",
+        "adding_replicas",
+        "leader",
+        "leader_recovery_state",
+        "leader_epoch",
+        "partition_epoch",
+        "directories",
+        "eligible_leader_replicas",
+        "last_known_elr",
+    ]
     assert part.field("leader_recovery_state").type == pa.int8()
     assert by["client_quota"].field("value").type == pa.float64()
     assert by["user_scram_credential"].field("salt").type == pa.binary()
@@ -70,8 +102,13 @@ def test_columns_and_types_follow_design() -> None:
 
 
 def test_control_struct_types() -> None:
-    assert [f.name for f in CONTROL_FIELDS] == ["leader_change", "snapshot_header", "snapshot_footer", "kraft_version",
-                                                "kraft_voters"]
+    assert [f.name for f in CONTROL_FIELDS] == [
+        "leader_change",
+        "snapshot_header",
+        "snapshot_footer",
+        "kraft_version",
+        "kraft_voters",
+    ]
     voters = {f.name: f.type for f in CONTROL_FIELDS}["kraft_voters"].field("voters").type.value_type
     assert voters.field("kraft_version_feature").type == pa.struct(
         [("min_supported_version", pa.int16()), ("max_supported_version", pa.int16())]
@@ -83,8 +120,11 @@ def test_control_struct_types() -> None:
 def test_exactly_one_column_per_row_and_nulls_for_absent_fields() -> None:
     recs: list[MetadataRecord | None] = [
         MetadataRecord(20, 0, {}),
-        decode_record_value(encode_record_value(MetadataRecord(3, 0, {"partition_id": 1, "topic_id": TOPIC,
-                                                                      "replicas": [1], "isr": [1]}))),
+        decode_record_value(
+            encode_record_value(
+                MetadataRecord(3, 0, {"partition_id": 1, "topic_id": TOPIC, "replicas": [1], "isr": [1]})
+            )
+        ),
         None,
         MetadataRecord(2, 0, {"name": "t", "topic_id": TOPIC}),
         MetadataRecord(24, 0, {}),
@@ -123,7 +163,9 @@ def test_random_records_round_trip_through_arrow(recs: list[MetadataRecord | Non
         assert b is not None
         expected = decode_record_value(encode_record_value(r))
         assert b == MetadataRecord(r.api_key, r.version, _strip_unknown(expected.data))
-        assert encode_record_value(b) == encode_record_value(MetadataRecord(r.api_key, r.version, _strip_unknown(r.data)))
+        assert encode_record_value(b) == encode_record_value(
+            MetadataRecord(r.api_key, r.version, _strip_unknown(r.data))
+        )
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -160,10 +202,27 @@ def test_payload_columns_through_spark(spark) -> None:  # type: ignore[no-untype
         if k not in (2, 3, 5, 9, 0, 27)  # those need a non-default uuid/array to be interesting; added below
     ]
     recs += [
-        MetadataRecord(0, 3, decode_record_value(encode_record_value(MetadataRecord(0, 3, {
-            "broker_id": 1, "incarnation_id": TOPIC, "end_points": [{"name": "P", "host": "h", "port": 65535,
-                                                                     "security_protocol": 0}], "log_dirs": [TOPIC]}))).data),
-        decode_record_value(encode_record_value(MetadataRecord(5, 2, {"partition_id": 2, "topic_id": TOPIC, "isr": [1]}))),
+        MetadataRecord(
+            0,
+            3,
+            decode_record_value(
+                encode_record_value(
+                    MetadataRecord(
+                        0,
+                        3,
+                        {
+                            "broker_id": 1,
+                            "incarnation_id": TOPIC,
+                            "end_points": [{"name": "P", "host": "h", "port": 65535, "security_protocol": 0}],
+                            "log_dirs": [TOPIC],
+                        },
+                    )
+                )
+            ).data,
+        ),
+        decode_record_value(
+            encode_record_value(MetadataRecord(5, 2, {"partition_id": 2, "topic_id": TOPIC, "isr": [1]}))
+        ),
         MetadataRecord(20, 0, {}),
     ]
     table = _table(recs)

@@ -66,13 +66,25 @@ def test_every_payload_line_round_trips(real_kraft_dir: Path) -> None:
 
 
 def test_tagged_fields_print_only_when_not_default() -> None:
-    base = {"partition_id": 0, "topic_id": TOPIC, "replicas": [1], "isr": [1], "leader": 1,
-            "leader_epoch": 0, "partition_epoch": 0, "directories": [TOPIC]}
+    base = {
+        "partition_id": 0,
+        "topic_id": TOPIC,
+        "replicas": [1],
+        "isr": [1],
+        "leader": 1,
+        "leader_epoch": 0,
+        "partition_epoch": 0,
+        "directories": [TOPIC],
+    }
     assert "leaderRecoveryState" not in to_dump_json(MetadataRecord(3, 1, base))
     assert '"leaderRecoveryState":1,' in to_dump_json(MetadataRecord(3, 1, {**base, "leader_recovery_state": 1}))
-    j = to_dump_json(MetadataRecord(5, 2, {"partition_id": 3, "topic_id": TOPIC, "isr": [1, 2], "eligible_leader_replicas": []}))
-    assert j == ('{"type":"PARTITION_CHANGE_RECORD","version":2,"data":{"partitionId":3,'
-                 '"topicId":"AAAAAAAAAAEAAAAAAAAAAg","isr":[1,2],"eligibleLeaderReplicas":[]}}')
+    j = to_dump_json(
+        MetadataRecord(5, 2, {"partition_id": 3, "topic_id": TOPIC, "isr": [1, 2], "eligible_leader_replicas": []})
+    )
+    assert j == (
+        '{"type":"PARTITION_CHANGE_RECORD","version":2,"data":{"partitionId":3,'
+        '"topicId":"AAAAAAAAAAEAAAAAAAAAAg","isr":[1,2],"eligibleLeaderReplicas":[]}}'
+    )
     assert to_dump_json(MetadataRecord(20, 0, {})) == '{"type":"NO_OP_RECORD","version":0,"data":{}}'
     assert to_dump_json(MetadataRecord(17, 0, {"broker_id": 1, "broker_epoch": 5, "fenced": -1})) == (
         '{"type":"BROKER_REGISTRATION_CHANGE_RECORD","version":0,"data":{"brokerId":1,"brokerEpoch":5,"fenced":-1}}'
@@ -80,23 +92,46 @@ def test_tagged_fields_print_only_when_not_default() -> None:
 
 
 def test_bytes_floats_and_escapes() -> None:
-    rec = MetadataRecord(11, 0, {"name": "a\"b\\c\n\x01é", "mechanism": 1, "salt": b"\x00\xff", "stored_key": b"",
-                                 "server_key": b"abc", "iterations": 4096})
+    rec = MetadataRecord(
+        11,
+        0,
+        {
+            "name": 'a"b\\c\n\x01é',
+            "mechanism": 1,
+            "salt": b"\x00\xff",
+            "stored_key": b"",
+            "server_key": b"abc",
+            "iterations": 4096,
+        },
+    )
     j = to_dump_json(rec)
     assert '"name":"a\\"b\\\\c\\n\\u0001é"' in j
     assert '"salt":"AP8=","storedKey":"","serverKey":"YWJj"' in j
     assert from_dump_json(j) == rec
-    q = MetadataRecord(14, 0, {"entity": [{"entity_type": "user", "entity_name": None}], "key": "k", "value": 1e7,
-                               "remove": False})
+    q = MetadataRecord(
+        14, 0, {"entity": [{"entity_type": "user", "entity_name": None}], "key": "k", "value": 1e7, "remove": False}
+    )
     assert '"value":1.0E7' in to_dump_json(q)
     assert from_dump_json(to_dump_json(q)) == q
 
 
 @pytest.mark.parametrize(
     ("x", "text"),
-    [(1e7, "1.0E7"), (1e-4, "1.0E-4"), (0.001, "0.001"), (0.5, "0.5"), (1024.0, "1024.0"), (9999999.0, "9999999.0"),
-     (-2.5e-5, "-2.5E-5"), (1.5e300, "1.5E300"), (0.0, "0.0"), (-0.0, "-0.0"), (123456.789, "123456.789"),
-     (float("inf"), "Infinity"), (float("nan"), "NaN")],
+    [
+        (1e7, "1.0E7"),
+        (1e-4, "1.0E-4"),
+        (0.001, "0.001"),
+        (0.5, "0.5"),
+        (1024.0, "1024.0"),
+        (9999999.0, "9999999.0"),
+        (-2.5e-5, "-2.5E-5"),
+        (1.5e300, "1.5E300"),
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (123456.789, "123456.789"),
+        (float("inf"), "Infinity"),
+        (float("nan"), "NaN"),
+    ],
 )
 def test_java_double(x: float, text: str) -> None:
     assert java_double(x) == text
@@ -147,8 +182,10 @@ def _strip_unknown(v):  # type: ignore[no-untyped-def]
         ('{"type":"TOPIC_RECORD","version":0,"data":{"name":"x","topicId":"zz"}}', "uuid"),
         ('{"type":"TOPIC_RECORD","version":0,"data":{"name":5}}', "expected a string"),
         ('{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"x","featureLevel":null}}', "null is not allowed"),
-        ('{"type":"PARTITION_RECORD","version":1,"data":{"directories":["AAAAAAAAAAEAAAAAAAAAAg"],"leader":"1"}}',
-         "expected an integer"),
+        (
+            '{"type":"PARTITION_RECORD","version":1,"data":{"directories":["AAAAAAAAAAEAAAAAAAAAAg"],"leader":"1"}}',
+            "expected an integer",
+        ),
         ("[1,2]", "needs"),
     ],
 )
@@ -161,3 +198,17 @@ def test_absent_fields_take_defaults() -> None:
     rec = from_dump_json('{"type":"PARTITION_CHANGE_RECORD","version":0,"data":{"partitionId":1}}')
     assert rec.data["leader"] == -2 and rec.data["isr"] is None and rec.data["topic_id"] == "AAAAAAAAAAAAAAAAAAAAAA"
     assert from_dump_json('{"type":"REGISTER_BROKER_RECORD","version":0,"data":{}}').data["fenced"] is True
+
+
+def test_message_json_and_bad_values() -> None:
+    from kraft_replay.codec.jsonfmt import message_json
+    from kraft_replay.codec.schema import CONTROL_SCHEMAS
+
+    lc = CONTROL_SCHEMAS["LeaderChangeMessage"]
+    assert message_json(lc, 0, {"version": 0, "leader_id": 3, "voters": [{"voter_id": 1}], "granting_voters": []}) == (
+        '{"version":0,"leaderId":3,"voters":[{"voterId":1}],"grantingVoters":[]}'
+    )
+    with pytest.raises(ValueError, match="no version 2"):
+        message_json(lc, 2, {})
+    with pytest.raises(ValueError, match="TOPIC_RECORD v0: cannot render JSON"):
+        to_dump_json(MetadataRecord(2, 0, {"name": 5, "topic_id": TOPIC}))

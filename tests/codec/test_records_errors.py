@@ -23,17 +23,55 @@ TOPIC = "AAAAAAAAAAEAAAAAAAAAAg"
 SAMPLES = [
     MetadataRecord(12, 0, {"name": "metadata.version", "feature_level": 21}),
     MetadataRecord(2, 0, {"name": "foo", "topic_id": TOPIC}),
-    MetadataRecord(3, 2, {"partition_id": 1, "topic_id": TOPIC, "replicas": [1, 2, 3], "isr": [1, 2],
-                          "directories": [TOPIC, TOPIC, TOPIC], "leader": 1, "eligible_leader_replicas": [3]}),
+    MetadataRecord(
+        3,
+        2,
+        {
+            "partition_id": 1,
+            "topic_id": TOPIC,
+            "replicas": [1, 2, 3],
+            "isr": [1, 2],
+            "directories": [TOPIC, TOPIC, TOPIC],
+            "leader": 1,
+            "eligible_leader_replicas": [3],
+        },
+    ),
     MetadataRecord(5, 2, {"partition_id": 1, "topic_id": TOPIC, "isr": [1], "leader": -1, "last_known_elr": [2]}),
-    MetadataRecord(0, 3, {"broker_id": 4, "incarnation_id": TOPIC, "broker_epoch": 9, "rack": "r1",
-                          "end_points": [{"name": "PLAINTEXT", "host": "b4", "port": 9092, "security_protocol": 0}],
-                          "features": [{"name": "metadata.version", "min_supported_version": 1,
-                                        "max_supported_version": 27}], "log_dirs": [TOPIC]}),
-    MetadataRecord(14, 0, {"entity": [{"entity_type": "user", "entity_name": None}], "key": "producer_byte_rate",
-                           "value": 1024.0, "remove": False}),
-    MetadataRecord(11, 0, {"name": "alice", "mechanism": 1, "salt": b"\x01\x02", "stored_key": b"k" * 32,
-                           "server_key": b"s" * 32, "iterations": 4096}),
+    MetadataRecord(
+        0,
+        3,
+        {
+            "broker_id": 4,
+            "incarnation_id": TOPIC,
+            "broker_epoch": 9,
+            "rack": "r1",
+            "end_points": [{"name": "PLAINTEXT", "host": "b4", "port": 9092, "security_protocol": 0}],
+            "features": [{"name": "metadata.version", "min_supported_version": 1, "max_supported_version": 27}],
+            "log_dirs": [TOPIC],
+        },
+    ),
+    MetadataRecord(
+        14,
+        0,
+        {
+            "entity": [{"entity_type": "user", "entity_name": None}],
+            "key": "producer_byte_rate",
+            "value": 1024.0,
+            "remove": False,
+        },
+    ),
+    MetadataRecord(
+        11,
+        0,
+        {
+            "name": "alice",
+            "mechanism": 1,
+            "salt": b"\x01\x02",
+            "stored_key": b"k" * 32,
+            "server_key": b"s" * 32,
+            "iterations": 4096,
+        },
+    ),
     MetadataRecord(25, 0, {"reason": "because"}),
 ]
 
@@ -88,12 +126,12 @@ def test_hostile_lengths_fail_fast() -> None:
     """Huge length/count fields are checked against the remaining bytes before anything is allocated."""
     big = b"\xfe\xff\xff\xff\x0f"  # varint 2**32 - 2
     cases = [
-        b"\x01\x02\x00" + big + b"abc",                                   # TopicRecord name
-        b"\x01\x03\x00" + b"\x00" * 20 + big,                             # PartitionRecord replicas count
-        b"\x01\x0c\x00\x11metadata.version\x00\x15" + big,                # tagged-field count
-        b"\x01\x0c\x00\x11metadata.version\x00\x15\x01\x05" + big,       # tagged-field size
-        b"\x01\x00\x00" + b"\x00" * 28 + big,                             # RegisterBroker endpoints count
-        b"\x01\x02\x00\xff\xff\xff\xff\xff\xff",                          # overlong varint
+        b"\x01\x02\x00" + big + b"abc",  # TopicRecord name
+        b"\x01\x03\x00" + b"\x00" * 20 + big,  # PartitionRecord replicas count
+        b"\x01\x0c\x00\x11metadata.version\x00\x15" + big,  # tagged-field count
+        b"\x01\x0c\x00\x11metadata.version\x00\x15\x01\x05" + big,  # tagged-field size
+        b"\x01\x00\x00" + b"\x00" * 28 + big,  # RegisterBroker endpoints count
+        b"\x01\x02\x00\xff\xff\xff\xff\xff\xff",  # overlong varint
     ]
     for value in cases:
         t0 = time.perf_counter()
@@ -120,7 +158,9 @@ def test_known_tag_not_valid_for_version() -> None:
     # PartitionChangeRecord v0 carrying tag 6 (EligibleLeaderReplicas exists from v2 only)
     value = b"\x01\x05\x00" + b"\x00" * 20 + b"\x01\x06\x01\x01"
     assert _code(value) == "RECORD_DECODE_ERROR"
-    assert decode_record_value(b"\x01\x05\x02" + b"\x00" * 20 + b"\x01\x06\x01\x01").data["eligible_leader_replicas"] == []
+    assert (
+        decode_record_value(b"\x01\x05\x02" + b"\x00" * 20 + b"\x01\x06\x01\x01").data["eligible_leader_replicas"] == []
+    )
 
 
 def test_tagged_size_mismatch() -> None:
@@ -142,7 +182,7 @@ def test_decode_message_errors() -> None:
         decode_message("SnapshotHeaderRecord", 0, b"\x00\x00\x00")
     assert exc.value.code == "RECORD_DECODE_ERROR"
     body = encode_message("SnapshotHeaderRecord", 0, {"version": 0, "last_contained_log_timestamp": 999})
-    assert body.hex() == "0000" "00000000000003e7" "00"  # facts §3 vector value
+    assert body.hex() == "000000000000000003e700"  # facts §3 vector value
     buf = b"junk" + body + b"tail"
     data, end = decode_message("SnapshotHeaderRecord", 0, buf, 4, 4 + len(body))
     assert data == {"version": 0, "last_contained_log_timestamp": 999} and end == 4 + len(body)
@@ -187,5 +227,20 @@ def test_mutated_values_only_raise_decode_errors(rec: MetadataRecord, data: st.D
     try:
         decode_record_value(bytes(value))
     except RecordDecodeError as exc:
-        assert exc.code in {"RECORD_DECODE_ERROR", "TRAILING_BYTES", "UNSUPPORTED_RECORD_VERSION",
-                            "UNKNOWN_RECORD_TYPE", "BAD_FRAME_VERSION"}
+        assert exc.code in {
+            "RECORD_DECODE_ERROR",
+            "TRAILING_BYTES",
+            "UNSUPPORTED_RECORD_VERSION",
+            "UNKNOWN_RECORD_TYPE",
+            "BAD_FRAME_VERSION",
+        }
+
+
+def test_non_bytes_input() -> None:
+    with pytest.raises(RecordDecodeError) as exc:
+        decode_record_value(10**9)  # type: ignore[arg-type]
+    assert exc.value.code == "RECORD_DECODE_ERROR"
+    assert decode_record_value(bytearray(b"\x01\x14\x00\x00")) == MetadataRecord(20, 0, {})
+    assert decode_record_value(memoryview(b"\x01\x02\x00\x02a" + b"\x00" * 17)).data["name"] == "a"
+    with pytest.raises(RecordDecodeError):
+        decode_message("SnapshotFooterRecord", 0, "text")  # type: ignore[arg-type]

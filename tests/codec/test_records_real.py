@@ -18,9 +18,13 @@ from kraft_replay.codec.records import decode_message, decode_record_value, enco
 from kraft_replay.codec.schema import RECORD_TYPES_BY_NAME
 from kraft_replay.codec.varint import read_varint, read_varlong
 
-CONTROL_NAMES = {2: ("LEADER_CHANGE", "LeaderChangeMessage"), 3: ("SNAPSHOT_HEADER", "SnapshotHeaderRecord"),
-                 4: ("SNAPSHOT_FOOTER", "SnapshotFooterRecord"), 5: ("KRAFT_VERSION", "KRaftVersionRecord"),
-                 6: ("KRAFT_VOTERS", "VotersRecord")}
+CONTROL_NAMES = {
+    2: ("LEADER_CHANGE", "LeaderChangeMessage"),
+    3: ("SNAPSHOT_HEADER", "SnapshotHeaderRecord"),
+    4: ("SNAPSHOT_FOOTER", "SnapshotFooterRecord"),
+    5: ("KRAFT_VERSION", "KRaftVersionRecord"),
+    6: ("KRAFT_VOTERS", "VotersRecord"),
+}
 README_NAME = {"ZkMigration": "ZkMigrationStateRecord"}
 
 
@@ -44,10 +48,10 @@ def walk_values(buf: bytes) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
             _, p = read_varlong(buf, p)
             _, p = read_varint(buf, p)
             klen, p = read_varint(buf, p)
-            key = buf[p:p + max(klen, 0)]
+            key = buf[p : p + max(klen, 0)]
             p += max(klen, 0)
             vlen, p = read_varint(buf, p)
-            value = buf[p:p + vlen]
+            value = buf[p : p + vlen]
             p = rend
             if attrs & 0x20:
                 ctrl.append((key, value))
@@ -125,8 +129,12 @@ def test_known_values_from_a_real_snapshot(real_kraft_dir: Path) -> None:
     values, controls = walk_values(path.read_bytes())
     recs = [decode_record_value(v) for v in values]
     features = {r.data["name"]: r.data["feature_level"] for r in recs if r.api_key == 12}
-    assert features == {"metadata.version": 27, "eligible.leader.replicas.version": 1, "group.version": 1,
-                        "transaction.version": 2}  # README row 30
+    assert features == {
+        "metadata.version": 27,
+        "eligible.leader.replicas.version": 1,
+        "group.version": 1,
+        "transaction.version": 2,
+    }  # README row 30
     assert [struct.unpack(">hh", k)[1] for k, _ in controls] == [3, 4]
 
 

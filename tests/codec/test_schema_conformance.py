@@ -26,7 +26,13 @@ from kraft_replay.codec.schema import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTROL_NAMES = {"LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord", "KRaftVersionRecord", "VotersRecord"}
+CONTROL_NAMES = {
+    "LeaderChangeMessage",
+    "SnapshotHeaderRecord",
+    "SnapshotFooterRecord",
+    "KRaftVersionRecord",
+    "VotersRecord",
+}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -58,8 +64,13 @@ def _relevant(schemas_dir: Path) -> list[Path]:
     return out
 
 
-def _check_fields(raw_fields: list[dict[str, Any]], ours: tuple[FieldSpec, ...], version: int,
-                  common: dict[str, list[dict[str, Any]]], where: str) -> None:
+def _check_fields(
+    raw_fields: list[dict[str, Any]],
+    ours: tuple[FieldSpec, ...],
+    version: int,
+    common: dict[str, list[dict[str, Any]]],
+    where: str,
+) -> None:
     expected = [f for f in raw_fields if _in(f["versions"], version)]
     got = [f for f in ours if f.present_in(version)]
     assert [f["name"] for f in expected] == [g.name for g in got], f"{where} v{version}: field order/set differs"
@@ -73,8 +84,12 @@ def _check_fields(raw_fields: list[dict[str, Any]], ours: tuple[FieldSpec, ...],
         else:
             assert g.tag is None, f"{w}: tag"
         assert g.default_raw == f.get("default"), f"{w}: default"
-        assert g.snake == re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_",
-                                 f["name"].replace("KRaft", "Kraft")).lower(), w
+        assert (
+            g.snake
+            == re.sub(
+                r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", f["name"].replace("KRaft", "Kraft")
+            ).lower()
+        ), w
         assert g.json_name == f["name"][0].lower() + f["name"][1:], w
         base = f["type"].removeprefix("[]")
         sub = f.get("fields") or common.get(base)
@@ -117,7 +132,11 @@ def test_layout_matches_schema(schemas_dir: Path, name: str) -> None:
 
 def test_record_type_names() -> None:
     rt = RECORD_TYPES[5]
-    assert (rt.name, rt.tool_name, rt.column) == ("PartitionChangeRecord", "PARTITION_CHANGE_RECORD", "partition_change")
+    assert (rt.name, rt.tool_name, rt.column) == (
+        "PartitionChangeRecord",
+        "PARTITION_CHANGE_RECORD",
+        "partition_change",
+    )
     assert RECORD_TYPES[21].tool_name == "ZK_MIGRATION_STATE_RECORD"
     assert RECORD_TYPES[20].tool_name == "NO_OP_RECORD" and not RECORD_TYPES[20].has_body
     assert RECORD_TYPES[24].column == "end_transaction" and not RECORD_TYPES[24].has_body

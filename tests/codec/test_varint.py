@@ -74,8 +74,14 @@ def test_truncated(data: bytes) -> None:
 
 
 def test_write_range_errors() -> None:
-    for fn, bad in ((write_uvarint, -1), (write_uvarint, 2**32), (write_varint, 2**31), (write_varint, -(2**31) - 1),
-                    (write_uvarlong, 2**64), (write_varlong, 2**63)):
+    for fn, bad in (
+        (write_uvarint, -1),
+        (write_uvarint, 2**32),
+        (write_varint, 2**31),
+        (write_varint, -(2**31) - 1),
+        (write_uvarlong, 2**64),
+        (write_varlong, 2**63),
+    ):
         with pytest.raises(VarintError):
             fn(bad)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kraft_replay.ingest.dumptext import (
+    _BATCH_FAST_RE,
     BadLine,
     BatchLine,
     RecordLine,
@@ -221,6 +222,7 @@ def test_record_outside_the_preceding_batch_gets_no_batch_fields() -> None:
         "kubectl exec -it c-0 -- bin/kafka-dump-log.sh --cluster-metadata-decoder --files x.log",
         "Non-consecutive offsets in /tmp/x/00000000000000000000.log",
         "  12 is followed by 20",
+        "```text",
     ],
 )
 def test_prompts_comments_and_diagnostics_are_skipped(line: str) -> None:
@@ -228,6 +230,15 @@ def test_prompts_comments_and_diagnostics_are_skipped(line: str) -> None:
     assert isinstance(token, SkippedLine), token
     parsed = parse_lines(line)
     assert parsed.records == [] and parsed.problems == [] and parsed.skipped == 1
+
+
+def test_tool_lines_behind_a_prompt_or_quote_marker_are_read() -> None:
+    lines = ["> " + hdr(4, 4), "> " + rec(4, "payload: " + NOOP), "$ ls -l"]
+    parsed = parse_lines(lines)
+    assert parsed.problems == [] and parsed.skipped == 1
+    (record,) = parsed.records
+    assert (record.offset, record.line_no, record.raw) == (4, 2, lines[1])
+    assert record.batch is not None and record.batch.line_no == 1
 
 
 # ---------------------------------------------------------------------------- bad input
@@ -303,11 +314,13 @@ def test_invalid_batches_and_trailing_bytes_are_quarantined() -> None:
         "Found 37 invalid bytes at the end of 00000000000000000000.log",
     ])
     assert [r.offset for r in parsed.records] == [1]
-    assert [(p.reason_code, p.line_no, p.offset, p.length) for p in parsed.problems] == [
-        ("CRC_MISMATCH", 1, 0, 100),
-        ("CRC_MISMATCH", 2, 0, None),
-        ("TRUNCATED_BATCH", 5, None, 37),
+    assert [(p.reason_code, p.line_no, p.offset) for p in parsed.problems] == [
+        ("CRC_MISMATCH", 1, 0),
+        ("CRC_MISMATCH", 2, 0),
+        ("TRUNCATED_BATCH", 5, None),
     ]
+    assert "(100 bytes)" in parsed.problems[0].reason
+    assert "37 invalid bytes at the end of 00000000000000000000.log" in parsed.problems[2].reason
 
 
 def test_records_whose_offset_cannot_be_known_are_quarantined() -> None:
@@ -345,6 +358,21 @@ def test_tokens_carry_batch_header_fields() -> None:
     record = tokenize_line(2, rec(8, "payload: " + NOOP))
     assert isinstance(record, RecordLine)
     assert (record.offset, record.value_size, record.key_size, record.payload) == (8, 10, -1, NOOP)
+
+
+@pytest.mark.parametrize("line", [
+    hdr(7, 9, e=12, p=701, t=1614382712158),
+    hdr(0, 0, ctl=True, v=False),
+    hdr(3, 3).replace(" deleteHorizonMs: OptionalLong.empty", ""),
+    hdr(3, 3).replace("CreateTime", "LogAppendTime"),
+])
+def test_exact_and_loose_header_layouts_parse_alike(line: str) -> None:
+    assert _BATCH_FAST_RE.match(line) and not _BATCH_FAST_RE.match(line.replace(": ", ":  "))
+    exact = tokenize_line(1, line)
+    loose = tokenize_line(1, line.replace(": ", ":  "))  # not the tool's exact spacing: generic parser
+    assert isinstance(exact, BatchLine) and isinstance(loose, BatchLine)
+    fields = [f for f in BatchLine.__dataclass_fields__ if f != "raw"]
+    assert [getattr(exact, f) for f in fields] == [getattr(loose, f) for f in fields]
 
 
 def test_bytes_crlf_and_bom_input() -> None:

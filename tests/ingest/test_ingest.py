@@ -39,8 +39,9 @@ def test_node_dir_ingests_exact_counts(spark, lake, node_dir: Path) -> None:
     log = lake.read("metadata_log")
     assert log.select("cluster_id").distinct().collect()[0][0] == CLUSTER
     assert log.select("offset").distinct().count() == LOG_ROWS
-    agg = log.agg(F.min("offset"), F.max("offset")).collect()[0]
-    assert (agg[0], agg[1]) == (0, 30637)
+    both = log.select("offset").unionByName(lake.read("metadata_control").where("source_kind = 'log'").select("offset"))
+    agg = both.agg(F.min("offset"), F.max("offset"), F.countDistinct("offset")).collect()[0]
+    assert (agg[0], agg[1], agg[2]) == (0, 30637, 30638)
     by_type = {r["record_type"]: r["count"] for r in log.groupBy("record_type").count().collect()}
     assert by_type["NO_OP_RECORD"] == 26698 and by_type["PARTITION_CHANGE_RECORD"] == 3664
     assert by_type["REGISTER_BROKER_RECORD"] == 39

@@ -30,3 +30,20 @@ from kraft_replay.codec.records import decode_message as decode_message
 from kraft_replay.codec.records import decode_record_value as decode_record_value
 from kraft_replay.codec.records import encode_message as encode_message
 from kraft_replay.codec.records import encode_record_value as encode_record_value
+from kraft_replay.codec.records import uuid_from_bytes as uuid_from_bytes
+from kraft_replay.codec.records import uuid_to_bytes as uuid_to_bytes
+
+# jsonfmt: the dump tool's payload JSON
+from kraft_replay.codec.jsonfmt import DumpJsonError as DumpJsonError
+from kraft_replay.codec.jsonfmt import from_dump_json as from_dump_json
+from kraft_replay.codec.jsonfmt import to_dump_json as to_dump_json
+
+# arrow_payload: payload / control struct columns
+from kraft_replay.codec.arrow_payload import CONTROL_FIELDS as CONTROL_FIELDS
+from kraft_replay.codec.arrow_payload import CONTROL_STRUCT_TYPES as CONTROL_STRUCT_TYPES
+from kraft_replay.codec.arrow_payload import PAYLOAD_COLUMN_BY_API_KEY as PAYLOAD_COLUMN_BY_API_KEY
+from kraft_replay.codec.arrow_payload import PAYLOAD_FIELDS as PAYLOAD_FIELDS
+from kraft_replay.codec.arrow_payload import PayloadError as PayloadError
+from kraft_replay.codec.arrow_payload import build_payload_columns as build_payload_columns
+from kraft_replay.codec.arrow_payload import build_struct_array as build_struct_array
+from kraft_replay.codec.arrow_payload import records_from_payload_columns as records_from_payload_columns

@@ -6,9 +6,11 @@ Regenerate with: python tools/gen_schemas.py
 
 # fmt: off
 # ruff: noqa: E501
+from typing import Any
+
 SOURCE = 'kafka-metadata-schemas (AbortTransactionRecord.json, AccessControlEntryRecord.json, BeginTransactionRecord.json, BrokerRegistrationChangeRecord.json, ClientQuotaRecord.json, ConfigRecord.json, DelegationTokenRecord.json, EndTransactionRecord.json, FeatureLevelRecord.json, FenceBrokerRecord.json, KRaftVersionRecord.json, LeaderChangeMessage.json, NoOpRecord.json, PartitionChangeRecord.json, PartitionRecord.json, ProducerIdsRecord.json, RegisterBrokerRecord.json, RegisterControllerRecord.json, RemoveAccessControlEntryRecord.json, RemoveDelegationTokenRecord.json, RemoveTopicRecord.json, RemoveUserScramCredentialRecord.json, SnapshotFooterRecord.json, SnapshotHeaderRecord.json, TopicRecord.json, UnfenceBrokerRecord.json, UnregisterBrokerRecord.json, UserScramCredentialRecord.json, VotersRecord.json, ZkMigrationRecord.json)'
 
-MESSAGES = {
+MESSAGES: dict[str, dict[str, Any]] = {
     'RegisterBrokerRecord': {
         'name': 'RegisterBrokerRecord',
         'file': 'RegisterBrokerRecord.json',

@@ -19,13 +19,14 @@ import base64
 import json
 import math
 import re
+import threading
 from decimal import Decimal
 from typing import Any
 
 from kraft_replay.codec.records import MetadataRecord, uuid_to_bytes
-from kraft_replay.codec.schema import RECORD_TYPES, RECORD_TYPES_BY_TOOL_NAME, FieldSpec
+from kraft_replay.codec.schema import RECORD_TYPES, RECORD_TYPES_BY_TOOL_NAME, FieldSpec, MessageSchema
 
-__all__ = ["DumpJsonError", "from_dump_json", "java_double", "json_string", "to_dump_json"]
+__all__ = ["DumpJsonError", "from_dump_json", "java_double", "json_string", "message_json", "to_dump_json"]
 
 
 class DumpJsonError(ValueError):
@@ -42,9 +43,11 @@ _SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f":
 
 def json_string(s: str) -> str:
     """A JSON string literal as Jackson writes it (only ``"``, ``\\`` and control characters escaped)."""
+    if s.isprintable() and '"' not in s and "\\" not in s:
+        return '"' + s + '"'
     if not _NEEDS_ESCAPE.search(s):
         return '"' + s + '"'
-    return '"' + _NEEDS_ESCAPE.sub(lambda m: _SHORT.get(m.group(), "\\u%04X" % ord(m.group())), s) + '"'
+    return '"' + _NEEDS_ESCAPE.sub(lambda m: _SHORT.get(m.group(), f"\\u{ord(m.group()):04X}"), s) + '"'
 
 
 def java_double(x: float) -> str:
@@ -66,7 +69,7 @@ def java_double(x: float) -> str:
     if -3 <= exp < 7:
         if exp >= 0:
             ip = digits[: exp + 1].ljust(exp + 1, "0")
-            fp = digits[exp + 1:] or "0"
+            fp = digits[exp + 1 :] or "0"
         else:
             ip = "0"
             fp = "0" * (-exp - 1) + digits
@@ -79,63 +82,142 @@ def java_double(x: float) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def _scalar(t: str, v: Any) -> str:
-    if v is None:
-        return "null"
-    if t in ("string", "uuid"):
-        return json_string(v)
+_INT_TYPES = frozenset({"int8", "int16", "uint16", "int32", "uint32", "int64"})
+
+
+def _b64(v: Any) -> str:
+    return '"' + base64.b64encode(bytes(v)).decode("ascii") + '"'
+
+
+def _scalar_expr(t: str, v: str) -> str:
+    """Python expression rendering the non-null scalar held in variable ``v`` of schema type ``t``."""
+    if t == "string":
+        return f"_js({v})"
+    if t == "uuid":
+        return f"'\"' + {v} + '\"'"
     if t == "bool":
-        return "true" if v else "false"
+        return f"('true' if {v} else 'false')"
     if t == "float64":
-        return java_double(float(v))
+        return f"_jd({v})"
     if t in ("bytes", "records"):
-        return '"' + base64.b64encode(bytes(v)).decode("ascii") + '"'
-    return str(int(v))
+        return f"_b64({v})"
+    return f"str(int({v}))"
 
 
-def _value(f: FieldSpec, version: int, v: Any) -> str:
-    if v is None:
-        return "null"
-    if f.fields is not None:
+class _JsonGen:
+    """Generates one JSON writer per (struct, version) from the field tables (compiled once, cached)."""
+
+    def __init__(self) -> None:
+        self.ns: dict[str, Any] = {"_js": json_string, "_jd": java_double, "_b64": _b64}
+        self.cache: dict[tuple[int, int], str] = {}
+        self.n = 0
+
+    def struct_fn(self, fields: tuple[FieldSpec, ...], version: int) -> str:
+        """Name of the generated writer ``fn(d) -> '{...}'`` for a struct at ``version``.
+
+        Each field renders into a local; tagged fields render to ``''`` when at their default;
+        one f-string joins the pieces (each prefixed with a comma, the first comma dropped).
+        """
+        key = (id(fields), version)
+        name = self.cache.get(key)
+        if name is not None:
+            return name
+        self.n += 1
+        name = f"_j{self.n}"
+        self.cache[key] = name
+        lines = [f"def {name}(d):"]
+        pieces: list[str] = []
+        for i, f in enumerate(fields):
+            if not f.present_in(version):
+                continue
+            dv = f.default_value(version)
+            dname = f"_D{self.n}_{i}"
+            self.ns[dname] = dv
+            # the writer only reads values, so the shared default object can stand in for absent fields
+            lines.append(f"    v = d.get({f.snake!r}, {dname})")
+            render = self._value_expr(f, version, "v")
+            if f.type in _INT_TYPES:
+                render = "str(v)"
+            if f.tagged_in(version):
+                lines.append(
+                    f"    r{i} = (',\"{f.json_name}\":' + ('null' if v is None else {render})) if v != {dname} else ''"
+                )
+                pieces.append(f"{{r{i}}}")
+            else:
+                lines.append(f"    r{i} = 'null' if v is None else {render}")
+                pieces.append(f',"{f.json_name}":{{r{i}}}')
+        if not pieces:
+            lines.append("    return '{}'")
+        else:
+            body = "".join(pieces).replace("'", "\\'")
+            lines.append(f"    s = f'{body}'")
+            lines.append("    return '{' + s[1:] + '}'")
+        code = compile("\n".join(lines) + "\n", f"<kraft_replay.codec json {name}>", "exec")
+        exec(code, self.ns)  # noqa: S102 - source built from our own field tables
+        return name
+
+    def _value_expr(self, f: FieldSpec, version: int, v: str) -> str:
+        if f.fields is not None:
+            fn = self.struct_fn(f.fields, version)
+            if f.is_array:
+                return f"'[' + ','.join([{fn}(x) for x in {v}]) + ']'"
+            return f"{fn}({v})"
         if f.is_array:
-            return "[" + ",".join(_struct(f.fields, version, e) for e in v) + "]"
-        return _struct(f.fields, version, v)
-    if f.is_array:
-        et = f.element_type
-        return "[" + ",".join(_scalar(et, e) for e in v) + "]"
-    return _scalar(f.type, v)
+            et = f.element_type
+            if et == "uuid":
+                return f"('[\"' + '\",\"'.join({v}) + '\"]' if {v} else '[]')"
+            if et in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
+                return f"'[' + ','.join(map(str, {v})) + ']'"
+            return f"'[' + ','.join([{_scalar_expr(et, 'x')} for x in {v}]) + ']'"
+        return _scalar_expr(f.type, v)
 
 
-def _struct(fields: tuple[FieldSpec, ...], version: int, data: dict[str, Any]) -> str:
-    parts = []
-    for f in fields:
-        if not f.present_in(version):
-            continue
-        dv = f.default_value(version)
-        v = data.get(f.snake, dv)
-        if f.tagged_in(version) and v == dv:
-            continue
-        parts.append(f'"{f.json_name}":{_value(f, version, v)}')
-    return "{" + ",".join(parts) + "}"
-
-
+_JGEN = _JsonGen()
+_JGEN_LOCK = threading.Lock()
+_WRITERS: dict[tuple[int, int], Any] = {}
 _CONST: dict[tuple[int, int], str] = {}
 
 
 def to_dump_json(record: MetadataRecord) -> str:
     """The ``payload:`` JSON of ``kafka-dump-log --cluster-metadata-decoder`` for ``record``."""
     key = (record.api_key, record.version)
-    const = _CONST.get(key)
-    if const is not None and not record.data:
-        return const
-    rt = RECORD_TYPES.get(record.api_key)
-    if rt is None:
-        raise ValueError(f"unknown metadata record type id {record.api_key}")
-    body = _struct(rt.schema.fields, record.version, record.data)
-    text = f'{{"type":"{rt.tool_name}","version":{record.version},"data":{body}}}'
-    if not rt.has_body:
+    if not record.data:
+        const = _CONST.get(key)
+        if const is not None:
+            return const
+    w = _WRITERS.get(key)
+    if w is None:
+        rt = RECORD_TYPES.get(record.api_key)
+        if rt is None:
+            raise ValueError(f"unknown metadata record type id {record.api_key}")
+        if not rt.schema.is_valid_version(record.version):
+            raise ValueError(f"{rt.name} has no version {record.version} (valid: {rt.valid_versions})")
+        with _JGEN_LOCK:
+            fn = _JGEN.ns[_JGEN.struct_fn(rt.schema.fields, record.version)]
+        prefix = f'{{"type":"{rt.tool_name}","version":{record.version},"data":'
+        w = (prefix, fn, rt.has_body)
+        _WRITERS[key] = w
+    try:
+        text = w[0] + w[1](record.data) + "}"
+    except Exception as exc:  # noqa: BLE001 - a value of the wrong type for its field
+        raise ValueError(
+            f"{w[0][9 : w[0].index(',') - 1]} v{record.version}: cannot render JSON ({type(exc).__name__}: {exc})"
+        ) from None
+    if not w[2]:
         _CONST[key] = text
     return text
+
+
+def message_json(schema: MessageSchema, version: int, data: dict[str, Any]) -> str:
+    """The ``data`` object of any message body (e.g. a control-record value) under the same rules."""
+    if not schema.is_valid_version(version):
+        raise ValueError(f"{schema.name} has no version {version} (valid: {schema.valid_versions})")
+    with _JGEN_LOCK:
+        fn = _JGEN.ns[_JGEN.struct_fn(schema.fields, version)]
+    try:
+        return fn(data)  # type: ignore[no-any-return]
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{schema.name} v{version}: cannot render JSON ({type(exc).__name__}: {exc})") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,8 +273,17 @@ def _from_struct(fields: tuple[FieldSpec, ...], version: int, obj: Any, where: s
         v = obj[f.json_name]
         w = f"{where}.{f.json_name}"
         if v is None:
-            if not f.nullable_in(version) and f.type in ("bool", "int8", "int16", "uint16", "int32", "uint32",
-                                                         "int64", "float64", "uuid"):
+            if not f.nullable_in(version) and f.type in (
+                "bool",
+                "int8",
+                "int16",
+                "uint16",
+                "int32",
+                "uint32",
+                "int64",
+                "float64",
+                "uuid",
+            ):
                 raise DumpJsonError(f"{w}: null is not allowed")
             out[f.snake] = None if f.nullable_in(version) else f.default_value(version)
             continue
@@ -217,7 +308,7 @@ def from_dump_json(text: str) -> MetadataRecord:
     except (json.JSONDecodeError, TypeError) as exc:
         raise DumpJsonError(f"payload is not JSON: {exc}") from None
     if not isinstance(doc, dict) or not {"type", "version"} <= doc.keys():
-        raise DumpJsonError("payload JSON needs \"type\", \"version\" and \"data\"")
+        raise DumpJsonError('payload JSON needs "type", "version" and "data"')
     rt = RECORD_TYPES_BY_TOOL_NAME.get(doc["type"])
     if rt is None:
         raise DumpJsonError(f"unknown record type {doc['type']!r}")

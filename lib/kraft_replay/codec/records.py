@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import copy
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,13 +62,15 @@ __all__ = [
 #: The only frame version KRaft writes and accepts.
 FRAME_VERSION = 1
 
-DECODE_ERROR_CODES = frozenset({
-    "UNKNOWN_RECORD_TYPE",
-    "UNSUPPORTED_RECORD_VERSION",
-    "BAD_FRAME_VERSION",
-    "RECORD_DECODE_ERROR",
-    "TRAILING_BYTES",
-})
+DECODE_ERROR_CODES = frozenset(
+    {
+        "UNKNOWN_RECORD_TYPE",
+        "UNSUPPORTED_RECORD_VERSION",
+        "BAD_FRAME_VERSION",
+        "RECORD_DECODE_ERROR",
+        "TRAILING_BYTES",
+    }
+)
 
 _MAX_STRING = 32767  # a decoded string longer than this is rejected
 
@@ -168,8 +171,17 @@ def _dec_err(msg: str) -> RecordDecodeError:
 # Code generation
 # ----------------------------------------------------------------------------------------------
 
-_FMT = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
-        "int64": "q", "float64": "d", "uuid": "16s"}
+_FMT = {
+    "bool": "?",
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "float64": "d",
+    "uuid": "16s",
+}
 
 
 class _Gen:
@@ -288,11 +300,15 @@ class _Gen:
             kw = "if"
             for f in sorted(tagged, key=lambda g: g.tag or 0):
                 L.append(f"{i3}{kw} tag == {f.tag}:")
-                L.extend(self._dec_value(f, version, True, local[f.snake], i3 + "    ", f"{where}.{f.name}", tagged=True))
+                L.extend(
+                    self._dec_value(f, version, True, local[f.snake], i3 + "    ", f"{where}.{f.name}", tagged=True)
+                )
                 L.append(f"{i3}    if pos != tend:")
                 L.append(f"{i3}        raise _E('{where}: tagged field {f.name} size mismatch')")
                 kw = "elif"
-            invalid = sorted({g.tag for g in fields if g.tag is not None and not (g.present_in(version) and g.tagged_in(version))})
+            invalid = sorted(
+                {g.tag for g in fields if g.tag is not None and not (g.present_in(version) and g.tagged_in(version))}
+            )
             if invalid:
                 L.append(f"{i3}{kw} tag in {set(invalid)!r}:")
                 L.append(f"{i3}    raise _E('{where}: tag ' + str(tag) + ' is not valid for version {version}')")
@@ -329,11 +345,16 @@ class _Gen:
         fmt = ">i" if wide else ">h"
         size = 4 if wide else 2
         st = self.const(struct.Struct(fmt), "_S")
-        return [f"{ind}{var}, = {st}.unpack_from(buf, pos)", f"{ind}pos += {size}",
-                f"{ind}if {var} < -1:", f"{ind}    raise _E('negative length ' + str({var}))"]
+        return [
+            f"{ind}{var}, = {st}.unpack_from(buf, pos)",
+            f"{ind}pos += {size}",
+            f"{ind}if {var} < -1:",
+            f"{ind}    raise _E('negative length ' + str({var}))",
+        ]
 
-    def _dec_value(self, f: FieldSpec, version: int, flex: bool, var: str, ind: str, where: str,
-                   tagged: bool = False) -> list[str]:
+    def _dec_value(
+        self, f: FieldSpec, version: int, flex: bool, var: str, ind: str, where: str, tagged: bool = False
+    ) -> list[str]:
         """Lines reading one field value (any type) at ``pos`` into ``var``."""
         t = f.type
         nullable = f.nullable_in(version)
@@ -357,7 +378,9 @@ class _Gen:
             L.append(f"{ind}else:")
             if t == "string":
                 L.append(f"{ind}    if {n} > {_MAX_STRING}:")
-                L.append(f"{ind}        raise _E('{where}: string of ' + str({n}) + ' bytes is longer than {_MAX_STRING}')")
+                L.append(
+                    f"{ind}        raise _E('{where}: string of ' + str({n}) + ' bytes is longer than {_MAX_STRING}')"
+                )
             L.append(f"{ind}    e = pos + {n}")
             L.append(f"{ind}    if e > blen:")
             L.append(f"{ind}        raise _E('{where}: length ' + str({n}) + ' runs past the end')")
@@ -402,9 +425,21 @@ class _Gen:
                 L.append(f"{i2}    el, pos = {dname}(buf, pos, blen)")
                 L.append(f"{i2}    {var}.append(el)")
             elif et in ("string", "bytes", "records"):
-                elem = FieldSpec(name=f.name + "[]", snake="_el", json_name="", type=et, struct_name=None,
-                                 versions=f.versions, nullable_versions=None, tagged_versions=None, tag=None,
-                                 default_raw=None, flexible_versions=None, ignorable=False, fields=None)
+                elem = FieldSpec(
+                    name=f.name + "[]",
+                    snake="_el",
+                    json_name="",
+                    type=et,
+                    struct_name=None,
+                    versions=f.versions,
+                    nullable_versions=None,
+                    tagged_versions=None,
+                    tag=None,
+                    default_raw=None,
+                    flexible_versions=None,
+                    ignorable=False,
+                    fields=None,
+                )
                 L.append(f"{i2}{var} = []")
                 L.append(f"{i2}for _ in range({n}):")
                 L.extend(self._dec_value(elem, version, flex, "el", i2 + "    ", f"{where}[]"))
@@ -451,7 +486,8 @@ class _Gen:
             if f.ignorable:
                 L.append(f"{ind}    pass")
             else:
-                L.append(f"{ind}    raise _EE('{where}: field {f.snake} does not exist in version {version} (value ' + repr(x) + ')')")
+                msg = f"{where}: field {f.snake} does not exist in version {version} (value "
+                L.append(f"{ind}    raise _EE('{msg}' + repr(x) + ')')")
         i = 0
         while i < len(regular):
             f = regular[i]
@@ -463,20 +499,14 @@ class _Gen:
                     j += 1
                 st = self.const(struct.Struct(">" + "".join(_FMT[g.type] for g in run)), "_S")
                 args = []
-                for g in run:
+                for k, g in enumerate(run):
                     get = f"d.get({g.snake!r}, {self.default_expr(g, version)})"
-                    args.append(f"_UB.get({get}) or _uuid_b({get})" if g.type == "uuid" else get)
-                if any(g.type == "uuid" for g in run):
-                    # evaluate each uuid once
-                    args = []
-                    for k, g in enumerate(run):
-                        get = f"d.get({g.snake!r}, {self.default_expr(g, version)})"
-                        if g.type == "uuid":
-                            L.append(f"{ind}u{k} = {get}")
-                            L.append(f"{ind}u{k} = _UB.get(u{k}) or _uuid_b(u{k})")
-                            args.append(f"u{k}")
-                        else:
-                            args.append(get)
+                    if g.type == "uuid":  # text -> 16 bytes, evaluated once per field
+                        L.append(f"{ind}u{k} = {get}")
+                        L.append(f"{ind}u{k} = _UB.get(u{k}) or _uuid_b(u{k})")
+                        args.append(f"u{k}")
+                    else:
+                        args.append(get)
                 L.append(f"{ind}out += {st}.pack({', '.join(args)})")
                 i = j
                 continue
@@ -530,8 +560,9 @@ class _Gen:
         st = self.const(struct.Struct(">i" if wide else ">h"), "_S")
         return [f"{ind}{out} += {st}.pack({n_expr})"]
 
-    def _enc_value(self, f: FieldSpec, version: int, flex: bool, v: str, out: str, ind: str, where: str,
-                   tagged: bool = False) -> list[str]:
+    def _enc_value(
+        self, f: FieldSpec, version: int, flex: bool, v: str, out: str, ind: str, where: str, tagged: bool = False
+    ) -> list[str]:
         t = f.type
         nullable = f.nullable_in(version)
         L: list[str] = []
@@ -579,9 +610,21 @@ class _Gen:
                 L.append(f"{i2}for x in {v}:")
                 L.append(f"{i2}    {ename}(x, {out})")
             elif et in ("string", "bytes", "records"):
-                elem = FieldSpec(name=f.name + "[]", snake="_el", json_name="", type=et, struct_name=None,
-                                 versions=f.versions, nullable_versions=None, tagged_versions=None, tag=None,
-                                 default_raw=None, flexible_versions=None, ignorable=False, fields=None)
+                elem = FieldSpec(
+                    name=f.name + "[]",
+                    snake="_el",
+                    json_name="",
+                    type=et,
+                    struct_name=None,
+                    versions=f.versions,
+                    nullable_versions=None,
+                    tagged_versions=None,
+                    tag=None,
+                    default_raw=None,
+                    flexible_versions=None,
+                    ignorable=False,
+                    fields=None,
+                )
                 L.append(f"{i2}for x in {v}:")
                 L.extend(self._enc_value(elem, version, flex, "x", out, i2 + "    ", f"{where}[]"))
             else:
@@ -605,10 +648,13 @@ class _Gen:
 
 def _keys_err(d: dict[str, Any], allowed: frozenset[str], where: str, version: int) -> None:
     bad = sorted(str(k) for k in d if k not in allowed)
-    raise RecordEncodeError(f"{where} v{version}: unknown field(s) {', '.join(bad)}; known: {', '.join(sorted(allowed))}")
+    raise RecordEncodeError(
+        f"{where} v{version}: unknown field(s) {', '.join(bad)}; known: {', '.join(sorted(allowed))}"
+    )
 
 
 _GEN = _Gen()
+_GEN_LOCK = threading.Lock()  # code generation runs once per (message, version); guard it for threads
 _Codec = tuple[Callable[[bytes, int, int], tuple[dict[str, Any], int]], Callable[[dict[str, Any], bytearray], None]]
 _CODECS: dict[tuple[str, int], _Codec] = {}
 
@@ -618,13 +664,16 @@ def _codec(schema: MessageSchema, version: int) -> _Codec:
     key = (schema.name, version)
     c = _CODECS.get(key)
     if c is None:
-        dname, ename = _GEN.struct_funcs(schema.fields, version, schema.is_flexible(version), schema.name)
-        c = (_GEN.ns[dname], _GEN.ns[ename])
-        _CODECS[key] = c
+        with _GEN_LOCK:
+            c = _CODECS.get(key)
+            if c is None:
+                dname, ename = _GEN.struct_funcs(schema.fields, version, schema.is_flexible(version), schema.name)
+                c = (_GEN.ns[dname], _GEN.ns[ename])
+                _CODECS[key] = c
     return c
 
 
-# Per api key: tuple indexed by version -> (decoder, encoder), filled lazily.
+# Record decoders by (api_key << 16 | version), filled on first use of each pair.
 _DEC_BY_KEY: dict[int, Callable[[bytes, int, int], tuple[dict[str, Any], int]]] = {}
 
 
@@ -653,6 +702,8 @@ _NOOP_KEY = 20
 def decode_record_value(value: bytes | bytearray | memoryview) -> MetadataRecord:
     """Decode a framed metadata record value (frame version 1, api key, version, body; nothing after)."""
     if value.__class__ is not bytes:
+        if not isinstance(value, (bytearray, memoryview)):
+            raise RecordDecodeError("RECORD_DECODE_ERROR", f"record value must be bytes, got {type(value).__name__}")
         value = bytes(value)
     if value == _NOOP_VALUE:
         return MetadataRecord(_NOOP_KEY, 0, {})
@@ -748,10 +799,14 @@ def decode_message(
         raise RecordDecodeError(
             "UNSUPPORTED_RECORD_VERSION", f"{s.name} version {version} is outside its valid versions {s.valid_versions}"
         )
+    if not isinstance(buf, (bytes, bytearray, memoryview)):
+        raise RecordDecodeError("RECORD_DECODE_ERROR", f"{s.name}: buffer must be bytes, got {type(buf).__name__}")
     if end is None:
         end = len(buf)
     if pos < 0 or end > len(buf) or pos > end:
-        raise RecordDecodeError("RECORD_DECODE_ERROR", f"{s.name}: bad range [{pos}, {end}) of a {len(buf)}-byte buffer")
+        raise RecordDecodeError(
+            "RECORD_DECODE_ERROR", f"{s.name}: bad range [{pos}, {end}) of a {len(buf)}-byte buffer"
+        )
     if buf.__class__ is bytes and pos == 0 and end == len(buf):
         view = buf
         base = 0

@@ -38,7 +38,15 @@ __all__ = [
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 FIXED_SIZES: dict[str, int] = {
-    "bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "float64": 8, "uuid": 16,
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "float64": 8,
+    "uuid": 16,
 }
 INT_RANGES: dict[str, tuple[int, int]] = {
     "int8": (-(1 << 7), (1 << 7) - 1),
@@ -84,11 +92,11 @@ def _in(rng: VersionRange | None, version: int) -> bool:
 class FieldSpec:
     """One field of a message or nested struct, as the schema declares it."""
 
-    name: str                       # schema name, e.g. "PartitionId"
-    snake: str                      # data-dict key, e.g. "partition_id"
-    json_name: str                  # dump-tool JSON key, e.g. "partitionId"
-    type: str                       # as written: "int32", "[]int32", "[]BrokerEndpoint", "KRaftVersionFeature"
-    struct_name: str | None         # struct type name for struct and array-of-struct fields
+    name: str  # schema name, e.g. "PartitionId"
+    snake: str  # data-dict key, e.g. "partition_id"
+    json_name: str  # dump-tool JSON key, e.g. "partitionId"
+    type: str  # as written: "int32", "[]int32", "[]BrokerEndpoint", "KRaftVersionFeature"
+    struct_name: str | None  # struct type name for struct and array-of-struct fields
     versions: VersionRange | None
     nullable_versions: VersionRange | None
     tagged_versions: VersionRange | None
@@ -200,7 +208,7 @@ class MessageSchema:
 
     name: str
     file: str
-    kind: str                      # "metadata" | "data"
+    kind: str  # "metadata" | "data"
     api_key: int | None
     valid_versions: VersionRange
     flexible_versions: VersionRange | None
@@ -239,9 +247,9 @@ class RecordType:
     """A metadata record type: its frame type id and names."""
 
     api_key: int
-    name: str                      # "PartitionChangeRecord"
-    tool_name: str                 # "PARTITION_CHANGE_RECORD" (as Kafka's tools print it)
-    column: str                    # "partition_change" (payload column; no column if not has_body)
+    name: str  # "PartitionChangeRecord"
+    tool_name: str  # "PARTITION_CHANGE_RECORD" (as Kafka's tools print it)
+    column: str  # "partition_change" (payload column; no column if not has_body)
     schema: MessageSchema = field(repr=False)
 
     @property

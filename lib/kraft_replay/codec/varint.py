@@ -42,7 +42,7 @@ def _read_unsigned(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int
     result = 0
     shift = 0
     end = len(buf)
-    for i in range(max_bytes):
+    for _ in range(max_bytes):
         if pos >= end:
             raise VarintError(f"truncated varint at byte {pos}")
         b = buf[pos]

@@ -303,7 +303,7 @@ class _Planner:
             data["log_dirs"] = [uuid_for(self.seed, "logdir", b)]
         self.emit(t, [record(REGISTER_BROKER, v, **data)])
         self.brokers[b] = {"epoch": epoch, "incarnation": inc, "fenced": True, "ics": False,
-                           "range": (1, self.software_max(b))}
+                           "range": (1, self.software_max(b)), "data": data}
         return epoch
 
     def fence_record(self, b: int, fence: bool) -> MetadataRecord:
@@ -431,7 +431,7 @@ class _Planner:
                          features=[{"name": "metadata.version", "min_supported_version": 1,
                                     "max_supported_version": mv.SOFTWARE_MAX_LEVEL[self.controller_software]}])
             self.emit(t, [rec])
-            self.controllers[c] = {"range": (1, mv.SOFTWARE_MAX_LEVEL[self.controller_software])}
+            self.controllers[c] = {"range": (1, mv.SOFTWARE_MAX_LEVEL[self.controller_software]), "data": rec.data}
 
     def set_config(self, t: int, rtype: int, rname: str, key: str, value: str | None) -> None:
         self.emit(t, [record(CONFIG, 0, resource_type=rtype, resource_name=rname, name=key, value=value)])
@@ -831,7 +831,7 @@ class _Planner:
         end = self.next_offset_at(t)
         state = {
             "mv": self.mv, "features": dict(self.features), "brokers": copy.deepcopy(self.brokers),
-            "controllers": sorted(self.controllers), "controller_software": self.controller_software,
+            "controllers": copy.deepcopy(self.controllers), "controller_software": self.controller_software,
             "software": dict(self.software), "live_topics": dict(self.live_topics),
             "configs": dict(self.configs), "quotas": dict(self.quotas), "acls": copy.deepcopy(self.acls),
             "scram": copy.deepcopy(self.scram), "tokens": copy.deepcopy(self.tokens),

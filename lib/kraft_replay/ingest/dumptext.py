@@ -4,40 +4,54 @@ Many teams only keep the text Kafka's dump tool printed, not the segment files. 
 that text back into the same bronze Arrow batches the binary decoder produces, as far as the text
 carries the information.
 
-Two output layouts exist and are both accepted, also mixed and as excerpts (gaps are fine):
+Two record layouts exist and are both accepted, also mixed and as excerpts (gaps are fine). The
+tool prints a batch header line per batch (``baseOffset: … lastOffset: … count: … partitionLeaderEpoch:
+… isControl: … [deleteHorizonMs: …] position: … CreateTime: … size: … crc: … isvalid: …``; excerpts
+may lack them) followed by one line per record:
 
-* the 2.8 layout, and every later one run with ``--skip-record-metadata``: a batch header line per
-  batch (``baseOffset: … lastOffset: … count: … partitionLeaderEpoch: … isControl: … position: …
-  CreateTime: … size: … crc: … isvalid: …``) followed by one line per record, ``payload: {json}``
-  for metadata records (newer tools prefix it with ``| ``) and an empty line for a control record;
-* the 3.x layout: optional batch header lines (they may also carry ``deleteHorizonMs: …``) and
-  record lines ``| offset: N CreateTime: T keySize: K valueSize: V sequence: S headerKeys: [] …``
-  ending in ``payload: {json}`` for a metadata record, or for a control record in one of
-  ``LeaderChange: {json}``, ``SnapshotHeader {json}``, ``SnapshotFooter {json}``,
-  ``KRaftVersion {json}``, ``KRaftVoters {json}``, ``controlType: NAME(id)`` (tools that do not
-  decode that control type) or ``endTxnMarker: …`` (transaction markers, never valid in KRaft).
+* with record metadata (the default): ``| offset: N CreateTime: T keySize: K valueSize: V sequence:
+  S headerKeys: [] …`` ending in ``payload: {json}`` for a metadata record, or for a control record
+  in ``LeaderChange: {json}``, ``SnapshotHeader {json}``, ``SnapshotFooter {json}``, ``KRaftVersion
+  {json}``, ``KRaftVoters {json}``, ``controlType: NAME(id)`` (tools that do not decode the type)
+  or ``endTxnMarker: …`` (transaction markers, never valid in the metadata log);
+* with ``--skip-record-metadata`` (the Kafka 2.8 example is one): `` payload: {json}`` (newer tools:
+  ``| payload: {json}``) for a metadata record and an empty line for a control record.
 
-Rules implemented here (each one is also tested):
+Rules implemented here (each one is tested):
 
-* **Line numbers are positions.** ``source_position`` of every row is the 1-based line number of the
-  record line in the text (not a byte position: the text has no bytes of the original file).
-* **Skipped, not quarantined:** blank lines, comment lines (``#``), shell prompt lines
-  (``$ cmd``, ``user@host:~$ cmd``, ``>> cmd``), the command line that ran the tool, ``Dumping
-  <file>``, ``Starting offset:``/``Log starting offset:``/``Snapshot end offset:``/``KRaft bootstrap
-  snapshot`` headers and the tool's diagnostics about non-consecutive offsets.
+* **Line numbers are positions.** ``source_position`` of every row is the 1-based line number of its
+  record line (or blank line) in the text, not a byte position: the text has no bytes of the file.
+* **Skipped, not quarantined:** blank lines, comments (``#``), markdown fences, shell prompt lines
+  (``$ cmd``, ``user@host:~$ cmd``, ``>> cmd``; a tool line behind such a prefix, e.g. a quoted
+  ``> | offset: …``, is read), the command line that ran the tool, ``Dumping <file>``,
+  ``Starting offset:``/``Log starting offset:``/``Snapshot end offset:``/``KRaft bootstrap
+  snapshot`` headers and the tool's notes about non-consecutive offsets.
 * **File context:** ``Dumping <path>`` and the snapshot header lines say whether the records that
-  follow come from a log segment (rows for ``metadata_log``), a snapshot or ``bootstrap.checkpoint``
-  (rows for ``snapshot_records``); control records go to ``metadata_control`` with that
-  ``source_kind``.
+  follow come from a log segment (``metadata_log`` rows), a snapshot or ``bootstrap.checkpoint``
+  (``snapshot_records`` rows, ``position_in_snapshot`` = the in-file offset); control records go to
+  ``metadata_control`` with that ``source_kind``. Without either, records are log records.
 * **Batch fields:** ``batch_base_offset``/``batch_last_offset``/``batch_leader_epoch`` come from the
-  batch header line the record follows, and are null when the text has none (a record whose offset
-  lies outside the preceding header's range does not belong to it). ``append_time`` is the batch
-  header's timestamp (the batch ``maxTimestamp``) or, without one, the record's ``CreateTime``.
-* **Offsets:** a record line's ``offset:`` when printed; otherwise (``--skip-record-metadata``)
-  ``baseOffset`` plus the record's index in its batch. A record whose offset cannot be known goes
-  to quarantine.
-* **Nothing dropped:** every line that is not skipped becomes a row or a quarantine row;
-  unparseable lines get ``TEXT_PARSE_ERROR`` with the raw line.
+  batch header line the record follows, and are null without one (a record whose offset lies
+  outside the preceding header's range does not belong to it). ``append_time`` is the header's
+  timestamp (the batch ``maxTimestamp``) or, without a header, the record's ``CreateTime``.
+* **Offsets:** the record line's ``offset:``; under ``--skip-record-metadata`` the header's
+  ``baseOffset`` plus the record's index in the batch. A record whose offset cannot be known
+  (no header before it, or more records than the header counts) goes to quarantine.
+* **Control records:** ``control_type``/``control_type_id`` and, when the JSON was printed, the
+  struct column and ``payload_json``; an empty line (``--skip-record-metadata``) after a control
+  batch header counts as one of its records, with null type and content, unless the batch also has
+  record lines. ``key_version`` is always null: the tool does not print it.
+* **Payloads:** normalised through :func:`~kraft_replay.codec.jsonfmt.from_dump_json` and
+  :func:`~kraft_replay.codec.jsonfmt.to_dump_json`, so ``payload_json`` and the payload struct equal
+  what the binary decoder gives for the same record.
+* **Nothing dropped:** every other line becomes a row or a quarantine row (raw = the line in UTF-8,
+  ``length`` = its byte length): ``TEXT_PARSE_ERROR`` for lines and JSON that do not parse or do not
+  fit their batch/schema; ``UNKNOWN_RECORD_TYPE``/``UNSUPPORTED_RECORD_VERSION`` for payloads of
+  unknown types/versions; ``UNKNOWN_CONTROL_TYPE`` for transaction markers and unknown control
+  types; ``RECORD_DECODE_ERROR`` where the tool printed ``Error at N, skipping. …`` instead of a
+  payload; ``CRC_MISMATCH`` for a header with ``isvalid: false`` and each record line of that batch;
+  ``TRUNCATED_BATCH`` for ``Found N invalid bytes at the end of <file>``; ``BAD_MAGIC`` for legacy
+  (magic 0/1) batches.
 """
 
 from __future__ import annotations
@@ -265,7 +279,8 @@ _DIAGNOSTIC_RES = (
 )
 # A shell prompt: an optional "[user@host dir]" block, then a first word ending in $, #, % or >
 # (or ">>" for the metadata shell), then blank and a command.
-_PROMPT_RE = re.compile(r"^\s*(?:\[[^\]]*\])?\S*?(?:\$|#|%|>>?)\s+\S")
+_PROMPT_RE = re.compile(r"^\s*(?:\[[^\]]*\])?\S*?(?:\$|#|%|>>?)\s+(?P<rest>\S.*)$")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")  # bytes that were not UTF-8 (surrogate escapes)
 _COMMAND_RE = re.compile(r"kafka-dump-log(?:\.sh|\.bat)?\b")
 
 
@@ -293,8 +308,22 @@ def _int_or_none(value: str | None) -> int | None:
     return int(value)
 
 
+# The header line exactly as the tool prints it for a magic-2 batch (fast path of _batch_line).
+_BATCH_FAST_RE = re.compile(
+    r"^baseOffset: (-?\d+) lastOffset: (-?\d+) count: (\d+) baseSequence: -?\d+ lastSequence: -?\d+ "
+    r"producerId: -?\d+ producerEpoch: -?\d+ partitionLeaderEpoch: (-?\d+) isTransactional: (true|false) "
+    rf"isControl: (true|false)(?: deleteHorizonMs: \S+)? position: (\d+) ({_TS_TYPES}): (-?\d+) "
+    r"size: (\d+) magic: 2 compresscodec: (\S+) crc: (\d+) isvalid: (true|false)$"
+)
+
+
 def _batch_line(line_no: int, raw: str, text: str) -> BatchLine | BadLine:
     """Parse ``baseOffset: … isvalid: …``; every token must be a known ``key: value`` pair."""
+    m = _BATCH_FAST_RE.match(text)
+    if m and int(m[2]) >= int(m[1]):
+        g = m.groups()
+        return BatchLine(line_no, raw, int(g[0]), int(g[1]), int(g[2]), int(g[3]), g[5] == "true", g[4] == "true",
+                         int(g[6]), g[7], int(g[8]), int(g[9]), 2, g[10], int(g[11]), g[12] == "true")
     found = _PAIR_RE.findall(text)
     leftover = _PAIR_RE.sub("", text).strip()
     if leftover:
@@ -349,61 +378,78 @@ def _batch_line(line_no: int, raw: str, text: str) -> BatchLine | BadLine:
     )
 
 
-def _record_content(
-    line_no: int, raw: str, rest: str, meta: dict[str, int | str | None]
-) -> RecordLine | BadLine:
-    """Parse what follows the record metadata (or the whole line under --skip-record-metadata)."""
-    offset = meta.get("offset")
-    common = dict(
-        line_no=line_no,
-        raw=raw,
-        offset=offset if isinstance(offset, int) else None,
-        timestamp=meta["ts"] if isinstance(meta.get("ts"), int) else None,
-        timestamp_type=meta["ts_type"] if isinstance(meta.get("ts_type"), str) else None,
-        key_size=meta["key_size"] if isinstance(meta.get("key_size"), int) else None,
-        value_size=meta["value_size"] if isinstance(meta.get("value_size"), int) else None,
-    )
+def _derive(
+    base: RecordLine,
+    kind: Literal["data", "control", "bare", "tool_error"],
+    *,
+    offset: int | None = None,
+    payload: str | None = None,
+    control_type: str | None = None,
+    control_type_id: int | None = None,
+    control_json: str | None = None,
+    message: str | None = None,
+) -> RecordLine:
+    """``base`` (the record metadata) with its content; ``offset`` replaces the base's when given."""
+    return RecordLine(base.line_no, base.raw, base.offset if offset is None else offset, base.timestamp,
+                      base.timestamp_type, base.key_size, base.value_size, kind, payload, control_type,
+                      control_type_id, control_json, message)
+
+
+def _record_content(base: RecordLine, rest: str) -> RecordLine | BadLine:
+    """Parse what follows the record metadata (or the whole line under --skip-record-metadata);
+    ``base`` carries the metadata (all None without it) and ``kind="bare"``."""
+    has_meta = base.offset is not None
     m = _PAYLOAD_RE.match(rest)
     if m:
         payload = m["payload"].rstrip()
         err = _TOOL_ERROR_RE.match(payload)
         if err:
-            tool_offset = int(err["offset"])
-            if common["offset"] is None:
-                common["offset"] = tool_offset
-            return RecordLine(**common, kind="tool_error", message=payload)  # type: ignore[arg-type]
+            offset = base.offset if has_meta else int(err["offset"])
+            return _derive(base, "tool_error", offset=offset, message=payload)
         if not payload.startswith("{"):
-            return BadLine(line_no, raw, "payload is not a JSON object")
-        return RecordLine(**common, kind="data", payload=payload)  # type: ignore[arg-type]
+            return BadLine(base.line_no, base.raw, "payload is not a JSON object")
+        return _derive(base, "data", payload=payload)
     if _KEY_RE.match(rest):
-        return BadLine(line_no, raw, "record has a key: metadata records have none (not a cluster-metadata dump?)")
-    if meta:
+        return BadLine(base.line_no, base.raw,
+                       "record has a key: metadata records have none (not a cluster-metadata dump?)")
+    if has_meta:
         if not rest:
-            # Metadata only: a control record of a type the tool did not print (decided by the batch).
-            return RecordLine(**common, kind="bare")  # type: ignore[arg-type]
+            # Metadata only: a control record whose type was not printed (decided by its batch).
+            return base
         m = _CONTROL_JSON_RE.match(rest)
         if m:
             name = CONTROL_LABELS[m["label"]]
-            type_id = CONTROL_TYPE_IDS[name]
-            return RecordLine(
-                **common, kind="control", control_type=name, control_type_id=type_id,  # type: ignore[arg-type]
-                control_json=m["json"].rstrip(),
-            )
+            return _derive(base, "control", control_type=name, control_type_id=CONTROL_TYPE_IDS[name],
+                           control_json=m["json"].rstrip())
         m = _CONTROL_TYPE_RE.match(rest)
         if m:
             type_id = int(m["id"])
             if type_id not in CONTROL_TYPES:
-                return BadLine(line_no, raw, f"control type {m['name']}({type_id}) is not valid in the metadata log",
+                return BadLine(base.line_no, base.raw,
+                               f"control type {m['name']}({type_id}) is not valid in the metadata log",
                                "UNKNOWN_CONTROL_TYPE")
-            return RecordLine(
-                **common, kind="control", control_type=CONTROL_TYPES[type_id].name,  # type: ignore[arg-type]
-                control_type_id=type_id,
-            )
+            return _derive(base, "control", control_type=CONTROL_TYPES[type_id].name, control_type_id=type_id)
         m = _END_TXN_RE.match(rest)
         if m:
-            return BadLine(line_no, raw, f"transaction marker {m['kind']} is not valid in the metadata log",
+            return BadLine(base.line_no, base.raw, f"transaction marker {m['kind']} is not valid in the metadata log",
                            "UNKNOWN_CONTROL_TYPE")
-    return BadLine(line_no, raw, f"unrecognised record content {rest[:80]!r}")
+    return BadLine(base.line_no, base.raw, f"unrecognised record content {rest[:80]!r}")
+
+
+def _tool_line(line_no: int, raw: str, stripped: str) -> Token | None:
+    """Batch header or record line, else None."""
+    if stripped.startswith("baseOffset:"):
+        return _batch_line(line_no, raw, stripped)
+    m = _RECORD_META_RE.match(stripped)
+    if m:
+        base = RecordLine(line_no, raw, int(m["offset"]), int(m["ts"]), m["ts_type"], int(m["key_size"]),
+                          int(m["value_size"]), "bare")
+        return _record_content(base, stripped[m.end():].strip())
+    if _PAYLOAD_RE.match(stripped):
+        return _record_content(RecordLine(line_no, raw, None, None, None, None, None, "bare"), stripped)
+    if stripped.startswith("|"):
+        return BadLine(line_no, raw, "record line does not match '| offset: N CreateTime: T keySize: K valueSize: V …'")
+    return None
 
 
 def tokenize_line(line_no: int, raw: str) -> Token:
@@ -412,22 +458,11 @@ def tokenize_line(line_no: int, raw: str) -> Token:
     stripped = text.strip()
     if not stripped:
         return BlankLine(line_no, raw)
-    if stripped.startswith("baseOffset:"):
-        return _batch_line(line_no, raw, stripped)
-    m = _RECORD_META_RE.match(stripped)
-    if m:
-        meta: dict[str, int | str | None] = {
-            "offset": int(m["offset"]),
-            "ts_type": m["ts_type"],
-            "ts": int(m["ts"]),
-            "key_size": int(m["key_size"]),
-            "value_size": int(m["value_size"]),
-        }
-        return _record_content(line_no, raw, stripped[m.end():].strip(), meta)
-    if _PAYLOAD_RE.match(stripped):
-        return _record_content(line_no, raw, stripped, {})
-    if stripped.startswith("|"):
-        return BadLine(line_no, raw, "record line does not match '| offset: N CreateTime: T keySize: K valueSize: V …'")
+    if _SURROGATE_RE.search(text):
+        return BadLine(line_no, raw, "line is not valid UTF-8")
+    token = _tool_line(line_no, raw, stripped)
+    if token is not None:
+        return token
     m = _DUMPING_RE.match(stripped)
     if m:
         return _file_line(line_no, raw, m["path"])
@@ -446,10 +481,15 @@ def tokenize_line(line_no: int, raw: str) -> Token:
         return TrailingBytesLine(line_no, raw, int(m["n"]), m["file"])
     if stripped.startswith("#"):
         return SkippedLine(line_no, raw, "comment")
+    if stripped.startswith("```"):
+        return SkippedLine(line_no, raw, "markdown fence")
     if any(r.match(stripped) for r in _DIAGNOSTIC_RES):
         return SkippedLine(line_no, raw, "tool diagnostic")
-    if _PROMPT_RE.match(text):
-        return SkippedLine(line_no, raw, "shell prompt")
+    m = _PROMPT_RE.match(text)
+    if m:
+        # "> | offset: …" (a quoted excerpt) or "$ baseOffset: …": the tool's line after a prefix.
+        token = _tool_line(line_no, raw, m["rest"].strip())
+        return token if token is not None else SkippedLine(line_no, raw, "shell prompt")
     if _COMMAND_RE.search(stripped):
         return SkippedLine(line_no, raw, "command line")
     if stripped.startswith("offset:") and " position: " in stripped:
@@ -458,9 +498,10 @@ def tokenize_line(line_no: int, raw: str) -> Token:
 
 
 def split_lines(text_or_lines: str | bytes | Iterable[str]) -> Iterator[str]:
-    """Lines of the input without line breaks; bytes are decoded as UTF-8 (bad bytes replaced)."""
-    if isinstance(text_or_lines, bytes):
-        text_or_lines = text_or_lines.decode("utf-8", errors="replace")
+    """Lines of the input without line breaks. Bytes are decoded as UTF-8 with bad bytes kept as
+    surrogate escapes, so a quarantined line keeps its exact bytes (see :func:`tokenize_line`)."""
+    if isinstance(text_or_lines, (bytes, bytearray, memoryview)):
+        text_or_lines = bytes(text_or_lines).decode("utf-8", errors="surrogateescape")
     if isinstance(text_or_lines, str):
         text = text_or_lines[1:] if text_or_lines.startswith("\ufeff") else text_or_lines
         yield from text.splitlines()
@@ -508,7 +549,6 @@ class TextProblem:
     reason_code: str
     reason: str
     offset: int | None = None
-    length: int | None = None
 
 
 @dataclass(slots=True)
@@ -559,9 +599,8 @@ class _Assembler:
             self._emit(blank.line_no, blank.raw, "control", batch.header.base_offset + index, batch.header, None)
 
     # -- output -----------------------------------------------------------------------------
-    def _problem(self, line_no: int, raw: str, code: str, reason: str, offset: int | None = None,
-                 length: int | None = None) -> None:
-        self.out.problems.append(TextProblem(line_no, raw, code, reason, offset, length))
+    def _problem(self, line_no: int, raw: str, code: str, reason: str, offset: int | None = None) -> None:
+        self.out.problems.append(TextProblem(line_no, raw, code, reason, offset))
 
     def _emit(self, line_no: int, raw: str, kind: Literal["data", "control"], offset: int,
               batch: BatchLine | None, rec: RecordLine | None) -> None:
@@ -604,9 +643,10 @@ class _Assembler:
                 self._close_batch()
                 self.batch = _OpenBatch(token)
                 if token.is_valid is False:
+                    size = f" ({token.size} bytes)" if token.size is not None else ""
                     self._problem(token.line_no, token.raw, "CRC_MISMATCH",
-                                  "the dump tool reported this batch as invalid (isvalid: false)",
-                                  token.base_offset, token.size)
+                                  f"the dump tool reported the batch at offset {token.base_offset}{size} "
+                                  "as invalid (isvalid: false)", token.base_offset)
             case BlankLine():
                 if self.batch is not None and self.batch.header.is_control and self.batch.next_index == 0:
                     self.batch.pending_blanks.append(token)
@@ -617,8 +657,7 @@ class _Assembler:
             case TrailingBytesLine():
                 self._close_batch()
                 self._problem(token.line_no, token.raw, "TRUNCATED_BATCH",
-                              f"the dump tool found {token.length} invalid bytes at the end of {token.file_name}",
-                              None, token.length)
+                              f"the dump tool found {token.length} invalid bytes at the end of {token.file_name}")
             case BadLine():
                 self._problem(token.line_no, token.raw, token.reason_code, token.reason)
 
@@ -884,6 +923,10 @@ def _quarantine_batch(problems: list[TextProblem], cluster_id: str, source_file:
     )
 
 
+_MEMO_MAX_PAYLOAD = 512
+_MEMO_MAX_ENTRIES = 100_000
+
+
 def parse_dump_text(
     text_or_lines: str | bytes | Iterable[str],
     *,
@@ -904,16 +947,23 @@ def parse_dump_text(
     parsed = parse_lines(text_or_lines)
     problems = list(parsed.problems)
     log, snap, ctrl = _Rows(), _Rows(), _Rows()
+    # Identical payloads give identical rows (most of a KRaft log is the same NoOp record).
+    memo: dict[str, tuple[MetadataRecord, str]] = {}
     for r in parsed.records:
         if r.kind == "data":
             assert r.payload is not None
-            try:
-                rec = from_dump_json(r.payload)
-                payload_json = to_dump_json(rec)
-            except (DumpJsonError, ValueError) as exc:
-                code, reason = _record_reason(r.payload, exc)
-                problems.append(TextProblem(r.line_no, r.raw, code, reason, r.offset))
-                continue
+            hit = memo.get(r.payload)
+            if hit is None:
+                try:
+                    rec = from_dump_json(r.payload)
+                    hit = (rec, to_dump_json(rec))
+                except (DumpJsonError, ValueError, RecursionError) as exc:
+                    code, reason = _record_reason(r.payload, exc)
+                    problems.append(TextProblem(r.line_no, r.raw, code, reason, r.offset))
+                    continue
+                if len(r.payload) <= _MEMO_MAX_PAYLOAD and len(memo) < _MEMO_MAX_ENTRIES:
+                    memo[r.payload] = hit
+            rec, payload_json = hit
             rows = log if r.source_kind == "log" else snap
             rows.records.append(r)
             rows.parsed.append(rec)
@@ -925,7 +975,7 @@ def parse_dump_text(
             try:
                 crec = control_from_dump_json(r.control_type, r.control_json)
                 cjson = control_json(crec)
-            except (DumpJsonError, ValueError) as exc:
+            except (DumpJsonError, ValueError, RecursionError) as exc:
                 problems.append(TextProblem(r.line_no, r.raw, "TEXT_PARSE_ERROR",
                                             f"{r.control_type} JSON does not match its schema: {exc}", r.offset))
                 continue
@@ -942,7 +992,10 @@ def parse_dump_text(
         quarantined=len(problems),
     )
     stats.records = stats.data_records + stats.control_records
-    offsets = [r.offset for r in (*log.records, *snap.records, *ctrl.records)]
+    # Like the binary decoder: log offsets; in-file offsets only for a text that holds no log records.
+    offsets = [r.offset for r in (*log.records, *ctrl.records) if r.source_kind == "log"]
+    if not offsets:
+        offsets = [r.offset for r in (*snap.records, *ctrl.records)]
     if offsets:
         stats.first_offset, stats.last_offset = min(offsets), max(offsets)
     if isinstance(text_or_lines, (str, bytes)):

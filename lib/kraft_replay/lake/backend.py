@@ -11,14 +11,14 @@ from kraft_replay.lake.errors import BackendUnavailableError, InvalidArgumentErr
 DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
 
 
-def delta_spark_available(spark: SparkSession) -> bool:
-    """True when the delta-spark classes load in the session's JVM (the jar is on the classpath)."""
+def delta_spark_available(spark: SparkSession, class_name: str | None = None) -> bool:
+    """True when ``class_name`` (default: delta-spark's ``DeltaTable``) loads in the session's JVM."""
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:  # Spark Connect: no local JVM to ask
         return False
     try:
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(DELTA_SPARK_CLASS, False, loader)
+        jvm.java.lang.Class.forName(class_name or DELTA_SPARK_CLASS, False, loader)
         return True
     except Exception:  # py4j.protocol.Py4JJavaError: ClassNotFoundException
         return False

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 SOURCE_NAME = "kraft_replay_lake"
@@ -83,8 +84,12 @@ def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> list[_Fi
     return out
 
 
-class LakeStreamReader(DataSourceStreamReader):
-    """Plans micro-batches from the Delta log; see the module docstring for the offset rule."""
+class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches from the Delta log; see the module docstring for the offset rule.
+
+    Supports ``Trigger.AvailableNow``: the table version at the start is the end of the run, and
+    the per-trigger limits still split it into several micro-batches.
+    """
 
     def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.schema = schema
@@ -97,6 +102,10 @@ class LakeStreamReader(DataSourceStreamReader):
         self._fs, self._path = _fs_for(self.uri)
         self._cache: dict[tuple[int, int], list[_File]] = {}
         self._table = None
+        self._until: int | None = None  # Trigger.AvailableNow: last version to read
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._latest()
 
     # -- log access (driver) --
 
@@ -161,7 +170,7 @@ class LakeStreamReader(DataSourceStreamReader):
         if limited and max_files is None and max_rows is None:
             max_files = getattr(limit, "max_files", None)
             max_rows = getattr(limit, "max_rows", None)
-        latest = self._latest()
+        latest = self._latest() if self._until is None else self._until
         snap, v, i = start["snapshot"], start["version"], start["index"]
         files = rows = 0
         while v <= latest:

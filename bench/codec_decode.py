@@ -1,0 +1,68 @@
+"""Single-core raw decode rate of the codec: bytes -> bronze Arrow batches (``decode_to_arrow``).
+
+    python bench/codec_decode.py [--records 1000000] [--real DIR]
+
+Prints records/s and MB/s for generated segments (and for the real Kafka files if ``--real`` is
+given). Speed is measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kraft_replay.codec.arrow import decode_to_arrow  # noqa: E402
+from kraft_replay.codec.batch import batch_cuts, iter_batches  # noqa: E402
+from kraft_replay.codec.files import FileKind, classify  # noqa: E402
+from segments import write_segments  # noqa: E402
+
+
+def _decode_file(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    info = classify(path.name)
+    edges = [0, *batch_cuts(data, 4 * 1024 * 1024), len(data)]
+    records = 0
+    for a, b in zip(edges, edges[1:]):
+        c = decode_to_arrow(data[a:b], cluster_id="bench", source_file=path.name, file_kind=info.kind.value,
+                            base_position=a, snapshot_end_offset=info.end_offset, snapshot_epoch=info.epoch)
+        records += c.stats.records
+    return records, len(data)
+
+
+def measure(paths: list[Path], label: str) -> None:
+    t = time.perf_counter()
+    records = size = 0
+    for p in paths:
+        r, n = _decode_file(p)
+        records += r
+        size += n
+    dt = time.perf_counter() - t
+    t2 = time.perf_counter()
+    batches = sum(1 for p in paths for _ in iter_batches(p.read_bytes()))
+    dt2 = time.perf_counter() - t2
+    print(f"{label}: {records:,} records, {size / 1e6:.1f} MB in {dt:.2f}s -> {records / dt:,.0f} records/s, "
+          f"{size / 1e6 / dt:.1f} MB/s (decode_to_arrow); batch layer alone: {batches:,} batches in {dt2:.2f}s "
+          f"({size / 1e6 / dt2:.1f} MB/s)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--real", type=Path, default=None, help="directory of real KRaft files (e.g. ../shared/reference/real-kraft)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        paths = write_segments(Path(d), args.records)
+        measure(paths, f"generated ({len(paths)} segment(s))")
+    if args.real:
+        real = sorted(p for p in args.real.iterdir() if classify(p.name).kind in (FileKind.SEGMENT, FileKind.SNAPSHOT, FileKind.BOOTSTRAP))
+        measure(real, f"real Kafka files ({len(real)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Run a scenario: plan on the driver, generate in Spark, write the bronze tables to the lake.
+
+Tables written (each replaced for the scenario's cluster id, so re-running is idempotent):
+``metadata_log``, ``metadata_control``, ``snapshot_records`` (bronze schemas of docs/design.md),
+``broker_progress``, ``metadata_requests``, ``produce_requests``, ``feature_update_requests`` and
+``scenario_events``. ``metadata_log`` is written first and read back for everything derived from it
+(snapshots' partition state, producers' believed leader epochs).
+
+``scenario_events`` columns: ``cluster_id``, ``event_id`` int, ``event_type`` string
+(``controller_elected``, ``bootstrap``, ``broker_registered``, ``broker_restart``,
+``network_partition``, ``controller_failover``, ``rolling_upgrade``, ``feature_update``,
+``topic_created``, ``topic_deleted``, ``reassignment_started``, ``reassignment_completed``,
+``snapshot``), ``start_time`` / ``end_time`` timestamps, ``broker_id`` / ``controller_id`` int,
+``first_offset`` / ``last_offset`` long (the records that show the event in the log, when it has
+any), ``details`` string (JSON: e.g. ``fence_offset``, ``accepted``, ``error_code``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from kraft_replay.generate.ddl import schema
+
+from kraft_replay.generate import log as L
+from kraft_replay.generate.plan import Plan, build_plan
+from kraft_replay.generate.requests import (
+    FEATURE_UPDATE_REQUESTS_SCHEMA,
+    METADATA_REQUESTS_SCHEMA,
+    PRODUCE_REQUESTS_SCHEMA,
+    feature_update_requests,
+    metadata_requests,
+    produce_requests,
+)
+from kraft_replay.generate.scenario import Scenario
+from kraft_replay.generate.snapshots import bootstrap_records, snapshot_control_table, snapshot_records
+from kraft_replay.generate.timelines import BROKER_PROGRESS_SCHEMA, broker_progress
+
+SCENARIO_EVENTS_SCHEMA = schema(
+    "cluster_id string, event_id int, event_type string, start_time timestamp, end_time timestamp, "
+    "broker_id int, controller_id int, first_offset long, last_offset long, details string")
+
+TABLES: dict[str, tuple[StructType, list[str]]] = {
+    "metadata_log": (L.LOG_TYPE, ["cluster_id", "offset_bucket"]),
+    "metadata_control": (L.CONTROL_TYPE, ["cluster_id"]),
+    "snapshot_records": (L.SNAPSHOT_TYPE, ["cluster_id"]),
+    "broker_progress": (BROKER_PROGRESS_SCHEMA, ["cluster_id"]),
+    "metadata_requests": (METADATA_REQUESTS_SCHEMA, ["cluster_id"]),
+    "produce_requests": (PRODUCE_REQUESTS_SCHEMA, ["cluster_id"]),
+    "feature_update_requests": (FEATURE_UPDATE_REQUESTS_SCHEMA, ["cluster_id"]),
+    "scenario_events": (SCENARIO_EVENTS_SCHEMA, ["cluster_id"]),
+}
+
+
+@dataclass
+class GenerateResult:
+    plan: Plan
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    segment_files: list[str] = field(default_factory=list)
+
+    @property
+    def log_records(self) -> int:
+        return self.rows.get("metadata_log", 0)
+
+
+def _ts(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def scenario_events(spark: SparkSession, plan: Plan) -> DataFrame:
+    """The injected events of the plan, in time order (schema :data:`SCENARIO_EVENTS_SCHEMA`)."""
+    evs = sorted(plan.events, key=lambda e: (e["start_ms"], e["event_type"]))
+    rows = [(plan.scenario.cluster_id, i, e["event_type"], _ts(e["start_ms"]), _ts(e["end_ms"]), e["broker_id"],
+             e["controller_id"], e["first_offset"], e["last_offset"], json.dumps(e["details"], sort_keys=True, default=str))
+            for i, e in enumerate(evs)]
+    return spark.createDataFrame(rows, SCENARIO_EVENTS_SCHEMA)
+
+
+def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str | None = None,
+             progress: Callable[[str], None] = print) -> GenerateResult:
+    """Generate ``scenario`` into ``lake`` (and real segment files into ``segments_out`` if given)."""
+    t0 = time.time()
+    plan = build_plan(scenario)
+    res = GenerateResult(plan)
+    res.seconds["plan"] = time.time() - t0
+    progress(f"planned {plan.total_records:,} log records ({plan.structural_records:,} structural, "
+             f"{len(plan.segments):,} segments, {len(plan.events)} events) in {res.seconds['plan']:.1f}s")
+    cid = scenario.cluster_id
+    where = f"cluster_id = '{cid}'"
+    for name, (schema, parts) in TABLES.items():
+        lake.create_table(name, schema, partition_by=parts)
+
+    def write(name: str, df: DataFrame) -> None:
+        t = time.time()
+        lake.overwrite(name, df, replace_where=where)
+        res.seconds[name] = time.time() - t
+        progress(f"wrote {name} in {res.seconds[name]:.1f}s")
+
+    write("metadata_log", L.metadata_log(spark, plan))
+    log = lake.read("metadata_log", where=where)
+    # snapshots: data records from the log's state, control rows for header/footer
+    snaps = [bootstrap_records(spark, plan)]
+    points = [(0, 0, "bootstrap", len(plan.bootstrap_records), scenario.start_ms)]
+    for sp in plan.snapshots:
+        df, n = snapshot_records(spark, plan, log, sp)
+        snaps.append(df)
+        points.append((sp.end_offset, sp.epoch, "snapshot", n, sp.last_contained_ms))
+    snap_df = snaps[0]
+    for d in snaps[1:]:
+        snap_df = snap_df.unionByName(d)
+    write("snapshot_records", snap_df)
+    control = pa.concat_tables([L.log_control_table(plan), snapshot_control_table(plan, points)])
+    write("metadata_control", spark.createDataFrame(control))
+    write("scenario_events", scenario_events(spark, plan))
+    write("feature_update_requests", feature_update_requests(spark, plan))
+    write("broker_progress", broker_progress(spark, plan))
+    write("metadata_requests", metadata_requests(spark, plan))
+    write("produce_requests", produce_requests(spark, plan, log))
+    if segments_out:
+        from kraft_replay.generate.segments import write_segments
+
+        t = time.time()
+        res.segment_files = write_segments(spark, plan, log, lake.read("snapshot_records", where=where),
+                                           lake.read("metadata_control", where=where), segments_out)
+        res.seconds["segments"] = time.time() - t
+        progress(f"wrote {len(res.segment_files)} files to {segments_out} in {res.seconds['segments']:.1f}s")
+    for name in TABLES:
+        res.rows[name] = lake.read(name, where=where).count()
+    res.seconds["total"] = time.time() - t0
+    return res

@@ -1,0 +1,81 @@
+"""Scenario files: the shipped ones validate; bad ones fail with one line naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kraft_replay.generate.errors import ScenarioError
+from kraft_replay.generate.scenario import SCENARIO_DIR, load_scenario
+
+
+@pytest.mark.parametrize("name", ["tiny", "demo", "large"])
+def test_shipped_scenarios_validate(name: str) -> None:
+    sc = load_scenario(name)
+    assert sc.name == name
+    assert sc.topics.replication_factor <= sc.brokers.count
+
+
+def _write(tmp_path: Path, mutate) -> Path:
+    raw = yaml.safe_load((SCENARIO_DIR / "tiny.yaml").read_text())
+    mutate(raw)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _set(path: list[str], value):
+    def mutate(raw):
+        node = raw
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "key", "words"),
+    [
+        (_set(["log", "batch_sizes"], 3), "log.batch_sizes", "unknown key"),
+        (_set(["bogus"], 1), "bogus", "unknown key"),
+        (_set(["metadata_requests", "count"], -5), "metadata_requests.count", "greater than or equal to 0"),
+        (_set(["log", "noop_fraction"], 1.5), "log.noop_fraction", "less than or equal to 1"),
+        (_set(["topics", "replication_factor"], 9), "topics.replication_factor", "exceeds brokers.count"),
+        (_set(["events", "network_partitions"], [{"broker": 42, "at_s": 10, "duration_s": 5}]),
+         "events.network_partitions.0.broker", "does not exist"),
+        (_set(["events", "controller_failovers"], [{"at_s": 9999}]), "events.controller_failovers.0.at_s",
+         "not inside duration_s"),
+        (_set(["bootstrap_metadata_version"], "3.2-IV0"), "bootstrap_metadata_version", "below 3.3-IV0"),
+        (_set(["bootstrap_metadata_version"], "9.9-IV9"), "bootstrap_metadata_version", "unknown metadata.version"),
+        (_set(["brokers", "software_version"], "1.0"), "brokers.software_version", "unknown software version"),
+        (_set(["log", "batch_records"], {"min": 5, "max": 2}), "log.batch_records", "below min"),
+    ],
+)
+def test_bad_scenarios_name_the_key(tmp_path: Path, mutate, key: str, words: str) -> None:
+    path = _write(tmp_path, mutate)
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(str(path))
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert str(path) in msg
+    assert f"key '{key}'" in msg
+    assert words in msg
+
+
+def test_missing_and_unparsable_files(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="not found.*known scenarios: .*tiny"):
+        load_scenario("no-such-scenario")
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario(str(bad))
+
+
+def test_overlapping_events_on_one_broker_are_refused(tmp_path: Path) -> None:
+    from kraft_replay.generate.plan import build_plan
+
+    path = _write(tmp_path, _set(["events", "network_partitions"], [{"broker": 2, "at_s": 62, "duration_s": 20}]))
+    with pytest.raises(ScenarioError, match=r"key 'events.network_partitions.0': broker 2 is already busy"):
+        build_plan(load_scenario(str(path)))
