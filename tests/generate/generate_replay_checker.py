@@ -37,6 +37,7 @@ class Image:
     tokens: set[str] = field(default_factory=set)
     next_producer_id: int = -1
     in_txn: bool = False
+    mv_seen: bool = False
     offset: int = -1
 
 
@@ -95,10 +96,12 @@ def _apply(img: Image, r: dict[str, Any]) -> None:
         if d["name"] == "metadata.version":
             _need(d["feature_level"] in KNOWN_LEVELS, off, f"unknown metadata.version {d['feature_level']}")
             img.mv = d["feature_level"]
+            img.mv_seen = True
     elif k == 21:
         _need(mv >= 8, off, "ZkMigrationStateRecord below 3.4-IV0")
     elif k in (23, 24):
-        _need(mv >= 13, off, "transaction record below 3.6-IV1")
+        # the bootstrap transaction opens before the metadata.version record it wraps
+        _need(mv >= 13 or (k == 23 and not img.mv_seen), off, "transaction record below 3.6-IV1")
         if k == 23:
             _need(not img.in_txn, off, "nested BeginTransaction")
             img.in_txn = True

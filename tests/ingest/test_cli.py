@@ -23,7 +23,7 @@ def test_cli_ingests_samples_then_is_idempotent(tmp_path: Path) -> None:
     assert "4 file(s)" in out.stdout and "metadata_log=" in out.stdout
     assert "decoding 4 file(s)" in out.stderr  # progress lines
     again = _cli("ingest", str(ROOT / "data" / "samples" / "node1"), "--lake", lake)
-    assert again.returncode == 0 and "skipped: 4 file(s)" in again.stdout
+    assert again.returncode == 0 and again.stdout.count("already ingested") == 4 and "metadata_log=0" in again.stdout
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:

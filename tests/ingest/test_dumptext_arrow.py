@@ -6,6 +6,7 @@ Run as a script (``python tests/ingest/test_dumptext_arrow.py --write-samples``)
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import Counter
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kraft_replay.codec.arrow import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA, decode_to_arrow
-from kraft_replay.codec.batch import build_batch
+from kraft_replay.codec.batch import Record, RecordBatch, build_batch, encode_batch
 from kraft_replay.codec.control import CONTROL_TYPE_IDS, ControlRecord, encode_control_record
 from kraft_replay.codec.files import classify, segment_name, snapshot_name
 from kraft_replay.codec.jsonfmt import from_dump_json, to_dump_json
@@ -383,6 +384,24 @@ def test_undecodable_records_and_truncated_tails_survive_the_text_round_trip() -
     assert [r["reason_code"] for r in binary.quarantine.to_pylist()] == ["UNKNOWN_RECORD_TYPE", "TRUNCATED_BATCH"]
 
 
+def test_rendering_of_log_append_time_gzip_and_producer_fields() -> None:
+    """Batch fields KRaft does not use still render as the tool prints them, and read back."""
+    noop = _rec("NO_OP_RECORD", 0)
+    batch = RecordBatch(base_offset=40, partition_leader_epoch=5, attributes=0x08 | 0x01, last_offset_delta=1,
+                        base_timestamp=T0, max_timestamp=T0 + 77, records=[Record(noop, 0, 3), Record(noop, 1, 5)],
+                        producer_id=9, producer_epoch=2, base_sequence=2147483647)
+    data = encode_batch(batch)
+    text = render_dump_text(data)
+    header, first, second = text.splitlines()
+    assert "lastOffset: 41 count: 2 baseSequence: 2147483647 lastSequence: 0 producerId: 9 producerEpoch: 2" in header
+    assert f"LogAppendTime: {T0 + 77} " in header and "compresscodec: gzip" in header
+    # LogAppendTime: every record carries the batch's time; sequences wrap past 2^31-1 to 0.
+    assert first.startswith(f"| offset: 40 LogAppendTime: {T0 + 77} keySize: -1 valueSize: 4 sequence: 2147483647 ")
+    assert second.startswith(f"| offset: 41 LogAppendTime: {T0 + 77} keySize: -1 valueSize: 4 sequence: 0 ")
+    chunk = parse_dump_text(text, source_file="t.txt", cluster_id="c1", ingested_at=AT)
+    assert_same_rows(decode_file(segment_name(0), data).log, chunk.log)
+
+
 def test_schemas_and_stats() -> None:
     chunk = parse_dump_text("", source_file="empty.txt", cluster_id="c1")
     assert chunk.log.schema == LOG_SCHEMA and chunk.control.schema == CONTROL_SCHEMA
@@ -404,14 +423,9 @@ def test_schemas_and_stats() -> None:
 # ---------------------------------------------------------------------------- robustness
 
 
-_SAMPLE_LINES: list[str] | None = None  # filled lazily by _lines()
-
-
+@functools.cache
 def _lines() -> list[str]:
-    global _SAMPLE_LINES
-    if _SAMPLE_LINES is None:
-        _SAMPLE_LINES = "".join(sample_texts().values()).splitlines()
-    return _SAMPLE_LINES
+    return "".join(sample_texts().values()).splitlines()
 
 
 @st.composite

@@ -181,6 +181,21 @@ def test_skip_record_metadata_layouts_assign_offsets_from_the_batch() -> None:
     ]
 
 
+def test_windows_paths_and_file_context_switches() -> None:
+    parsed = parse_lines([
+        r"Dumping C:\kafka\data\__cluster_metadata-0\00000000000000000100-0000000004.checkpoint",
+        hdr(0, 0),
+        rec(0, "payload: " + TOPIC),
+        r"Dumping C:\kafka\data\__cluster_metadata-0\00000000000000000100.log",
+        hdr(100, 100, e=4),
+        rec(100, "payload: " + TOPIC),
+    ])
+    assert parsed.problems == []
+    assert [(r.offset, r.source_kind, r.snapshot_end_offset, r.snapshot_epoch) for r in parsed.records] == [
+        (0, "snapshot", 100, 4), (100, "log", None, None),
+    ]
+
+
 def test_blank_lines_are_control_records_only_when_the_batch_prints_nothing_else() -> None:
     text = "\n".join([
         hdr(0, 0, ctl=True),
@@ -248,6 +263,7 @@ def test_tool_lines_behind_a_prompt_or_quote_marker_are_read() -> None:
     "line, fragment",
     [
         ("hello world", "not a line of kafka-dump-log"),
+        ("offset: 12 position: 4096", "not a line of kafka-dump-log"),  # an index file's dump
         ("| offset: x CreateTime: 1 keySize: -1 valueSize: 3", "does not match"),
         ("baseOffset: 0 lastOffset: zero partitionLeaderEpoch: 1 isControl: false", "lastOffset"),
         ("baseOffset: 5 lastOffset: 4 partitionLeaderEpoch: 1 isControl: false", "below baseOffset"),
@@ -321,6 +337,14 @@ def test_invalid_batches_and_trailing_bytes_are_quarantined() -> None:
     ]
     assert "(100 bytes)" in parsed.problems[0].reason
     assert "37 invalid bytes at the end of 00000000000000000000.log" in parsed.problems[2].reason
+
+
+def test_blank_control_records_of_an_invalid_batch_are_quarantined() -> None:
+    parsed = parse_lines([hdr(0, 1, ctl=True, v=False), "", "", hdr(2, 2, ctl=True), ""])
+    assert [(r.offset, r.line_no) for r in parsed.records] == [(2, 5)]
+    assert [(p.reason_code, p.line_no, p.offset) for p in parsed.problems] == [
+        ("CRC_MISMATCH", 1, 0), ("CRC_MISMATCH", 2, 0), ("CRC_MISMATCH", 3, 1),
+    ]
 
 
 def test_records_whose_offset_cannot_be_known_are_quarantined() -> None:

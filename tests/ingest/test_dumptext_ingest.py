@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from kraft_replay.ingest import run_ingest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,6 +18,7 @@ def _quiet(_: str) -> None:
     pass
 
 
+@pytest.mark.slow
 def test_dump_text_files_ingest_once(spark, lake, tmp_path: Path, real_kraft_dir: Path) -> None:
     inbox = tmp_path / "dumps"
     inbox.mkdir()

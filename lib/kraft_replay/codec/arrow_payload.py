@@ -179,28 +179,47 @@ def build_payload_columns(records: Sequence[MetadataRecord | None]) -> list[pa.A
     return out
 
 
+# (snake name, keep None, sub-plan or None, is array) per field present in a version
+_Plan = list[tuple[str, bool, "list[Any] | None", bool]]
+_PLANS: dict[tuple[int, int], _Plan] = {}
+
+
+def _plan(fields: Sequence[FieldSpec], version: int) -> _Plan:
+    key = (id(fields), version)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = []
+        for f in fields:
+            if not f.present_in(version):
+                continue
+            keep_none = f.nullable_in(version) or f.default_value(version) is None
+            sub = _plan(f.fields, version) if f.fields is not None else None
+            plan.append((f.snake, keep_none, sub, f.is_array))
+        _PLANS[key] = plan
+    return plan
+
+
+def _apply(plan: _Plan, row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for snake, keep_none, sub, is_array in plan:
+        v = row.get(snake)
+        if v is None:
+            if keep_none:
+                out[snake] = None
+            continue
+        if sub is not None:
+            v = [_apply(sub, e) for e in v] if is_array else _apply(sub, v)
+        out[snake] = v
+    return out
+
+
 def struct_rows_to_data(fields: Sequence[FieldSpec], version: int, row: dict[str, Any]) -> dict[str, Any]:
     """Arrow struct row (``to_pylist`` form) -> data dict of ``version``.
 
     Keeps the fields present in ``version`` only. A null in a field the version does not allow
     to be null is left out, so the encoder writes the field's default (as for absent fields).
     """
-    out: dict[str, Any] = {}
-    for f in fields:
-        if not f.present_in(version):
-            continue
-        v = row.get(f.snake)
-        if v is None:
-            if f.nullable_in(version) or f.default_value(version) is None:
-                out[f.snake] = None
-            continue
-        if f.fields is not None:
-            if f.is_array:
-                v = [struct_rows_to_data(f.fields, version, e) for e in v]
-            else:
-                v = struct_rows_to_data(f.fields, version, v)
-        out[f.snake] = v
-    return out
+    return _apply(_plan(fields, version), row)
 
 
 def records_from_payload_columns(
@@ -218,29 +237,38 @@ def records_from_payload_columns(
             raise PayloadError(f"payload table has no {c!r} column (columns: {', '.join(sorted(names))})")
     keys = table.column(api_key_column).to_pylist()
     versions = table.column(version_column).to_pylist()
-    needed = {k for k in keys if k is not None}
-    rows_by_col: dict[str, list[Any]] = {}
-    for k in needed:
+    rows_by_key: dict[int, list[Any]] = {}
+    plans: dict[tuple[int, int], _Plan | None] = {}  # None: a type without body
+    for k, v in set(zip(keys, versions, strict=True)):
+        if k is None:
+            continue
         rt = RECORD_TYPES.get(k)
         if rt is None:
             raise PayloadError(f"unknown record type id {k} in column {api_key_column!r}")
+        if v is None or not rt.schema.is_valid_version(v):
+            i = next(i for i, (a, b) in enumerate(zip(keys, versions, strict=True)) if a == k and b == v)
+            raise PayloadError(f"row {i}: {rt.name} has no version {v} (valid: {rt.valid_versions})")
         if rt.has_body:
             if rt.column not in names:
                 raise PayloadError(f"payload table has {rt.name} rows but no {rt.column!r} column")
-            rows_by_col[rt.column] = table.column(rt.column).to_pylist()
+            if k not in rows_by_key:
+                rows_by_key[k] = table.column(rt.column).to_pylist()
+            plans[(k, v)] = _plan(rt.schema.fields, v)
+        else:
+            plans[(k, v)] = None
     out: list[MetadataRecord | None] = []
+    append = out.append
     for i, (k, v) in enumerate(zip(keys, versions, strict=True)):
         if k is None:
-            out.append(None)
+            append(None)
             continue
-        rt = RECORD_TYPES[k]
-        if v is None or not rt.schema.is_valid_version(v):
-            raise PayloadError(f"row {i}: {rt.name} has no version {v} (valid: {rt.valid_versions})")
-        if not rt.has_body:
-            out.append(MetadataRecord(k, v, {}))
+        plan = plans[(k, v)]
+        if plan is None:
+            append(MetadataRecord(k, v, {}))
             continue
-        row = rows_by_col[rt.column][i]
+        row = rows_by_key[k][i]
         if row is None:
+            rt = RECORD_TYPES[k]
             raise PayloadError(f"row {i}: {rt.name} row has a null {rt.column!r} payload column")
-        out.append(MetadataRecord(k, v, struct_rows_to_data(rt.schema.fields, v, row)))
+        append(MetadataRecord(k, v, _apply(plan, row)))
     return out

@@ -189,6 +189,7 @@ class _Planner:
         self.raft_epoch = 1
         self.raft_leader = sc.controller_ids[0]
         self.down: set[int] = set()
+        self.pending_down: set[int] | None = None   # applied once the bulk stretch before the event is closed
         self.software: dict[int, str] = {b: sc.brokers.software_version for b in self.brokers_list}
         self.controller_software = sc.brokers.software_version
         self.brokers: dict[int, dict[str, Any]] = {}
@@ -227,6 +228,8 @@ class _Planner:
         self.pos = p
         self.segments.append(seg)
         self.seg_start_ms = t_ms
+        if self.pending_down is not None:
+            self.down, self.pending_down = self.pending_down, None
 
     def _finish_group(self) -> None:
         self.segments[-1].group_last_offset = self.cursor - 1
@@ -339,7 +342,7 @@ class _Planner:
                     st["leader"] = st["isr"][0] if st["isr"] else -1
                     data["leader"] = st["leader"]
                 recs.append(record(PARTITION_CHANGE, v, **data))
-        self.down = new
+        self.pending_down = new
         return recs
 
     def rejoin(self, b: int) -> list[MetadataRecord]:
@@ -368,7 +371,7 @@ class _Planner:
                     st["leader"] = b
                     data["leader"] = b
                 recs.append(record(PARTITION_CHANGE, v, **data))
-        self.down = new
+        self.pending_down = new
         return recs
 
     def partition_record(self, tid: str, pid: int, replicas: list[int], leader: int) -> MetadataRecord:
@@ -655,6 +658,7 @@ class _Planner:
         at(start + dur, heal)
 
     def _do_failover(self, t: int) -> None:
+        self.next_offset_at(t)       # the bulk before the failover belongs to the old epoch
         ids = self.sc.controller_ids
         old = self.raft_leader
         self.raft_leader = ids[(ids.index(old) + 1) % len(ids)]

@@ -105,6 +105,8 @@ __all__ = [
 ]
 
 SourceKind = Literal["log", "snapshot", "bootstrap"]
+# What the readers accept: the whole text, its bytes (UTF-8), or its lines.
+TextInput = str | bytes | bytearray | memoryview | Iterable[str]
 
 # Labels the dump tool prints in front of a control record's JSON, by control type name.
 CONTROL_LABELS: dict[str, str] = {
@@ -280,6 +282,7 @@ _DIAGNOSTIC_RES = (
 # A shell prompt: an optional "[user@host dir]" block, then a first word ending in $, #, % or >
 # (or ">>" for the metadata shell), then blank and a command.
 _PROMPT_RE = re.compile(r"^\s*(?:\[[^\]]*\])?\S*?(?:\$|#|%|>>?)\s+(?P<rest>\S.*)$")
+_LEGACY_BATCH_RE = re.compile(rf"^offset:\s*{_INT}\s+position:\s*\d+\s+(?:{_TS_TYPES}):")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")  # bytes that were not UTF-8 (surrogate escapes)
 _COMMAND_RE = re.compile(r"kafka-dump-log(?:\.sh|\.bat)?\b")
 
@@ -492,12 +495,12 @@ def tokenize_line(line_no: int, raw: str) -> Token:
         return token if token is not None else SkippedLine(line_no, raw, "shell prompt")
     if _COMMAND_RE.search(stripped):
         return SkippedLine(line_no, raw, "command line")
-    if stripped.startswith("offset:") and " position: " in stripped:
+    if _LEGACY_BATCH_RE.match(stripped):
         return BadLine(line_no, raw, "legacy (magic 0/1) batch: never written by KRaft", "BAD_MAGIC")
     return BadLine(line_no, raw, "not a line of kafka-dump-log --cluster-metadata-decoder output")
 
 
-def split_lines(text_or_lines: str | bytes | Iterable[str]) -> Iterator[str]:
+def split_lines(text_or_lines: TextInput) -> Iterator[str]:
     """Lines of the input without line breaks. Bytes are decoded as UTF-8 with bad bytes kept as
     surrogate escapes, so a quarantined line keeps its exact bytes (see :func:`tokenize_line`)."""
     if isinstance(text_or_lines, (bytes, bytearray, memoryview)):
@@ -510,7 +513,7 @@ def split_lines(text_or_lines: str | bytes | Iterable[str]) -> Iterator[str]:
         yield line.rstrip("\r\n")
 
 
-def tokenize(text_or_lines: str | bytes | Iterable[str]) -> Iterator[Token]:
+def tokenize(text_or_lines: TextInput) -> Iterator[Token]:
     """One token per line, numbered from 1."""
     for line_no, line in enumerate(split_lines(text_or_lines), start=1):
         yield tokenize_line(line_no, line)
@@ -595,8 +598,14 @@ class _Assembler:
         self.batch = None
         if batch is None or not batch.header.is_control or batch.next_index > 0:
             return
+        header = batch.header
         for index, blank in enumerate(batch.pending_blanks[: batch.expected]):
-            self._emit(blank.line_no, blank.raw, "control", batch.header.base_offset + index, batch.header, None)
+            if header.is_valid is False:
+                self._problem(blank.line_no, blank.raw, "CRC_MISMATCH",
+                              f"record of the batch at offset {header.base_offset} that the dump tool reported invalid",
+                              header.base_offset + index)
+            else:
+                self._emit(blank.line_no, blank.raw, "control", header.base_offset + index, header, None)
 
     # -- output -----------------------------------------------------------------------------
     def _problem(self, line_no: int, raw: str, code: str, reason: str, offset: int | None = None) -> None:
@@ -709,10 +718,11 @@ class _Assembler:
     def finish(self) -> ParsedText:
         self._close_batch()
         self.out.records.sort(key=lambda r: r.line_no)
+        self.out.problems.sort(key=lambda p: p.line_no)
         return self.out
 
 
-def parse_lines(text_or_lines: str | bytes | Iterable[str]) -> ParsedText:
+def parse_lines(text_or_lines: TextInput) -> ParsedText:
     """Run the line grammar and the batch/file state machine over a dump text."""
     assembler = _Assembler()
     for token in tokenize(text_or_lines):
@@ -928,7 +938,7 @@ _MEMO_MAX_ENTRIES = 100_000
 
 
 def parse_dump_text(
-    text_or_lines: str | bytes | Iterable[str],
+    text_or_lines: TextInput,
     *,
     source_file: str,
     cluster_id: str,
@@ -941,6 +951,9 @@ def parse_dump_text(
     normalised through :func:`~kraft_replay.codec.jsonfmt.from_dump_json` and
     :func:`~kraft_replay.codec.jsonfmt.to_dump_json`, so ``payload_json`` equals what the binary
     decoder gives for the same record. Never raises on bad text: it becomes quarantine rows.
+    ``stats``: batches = batch header lines records follow, first/last offset over log records (over
+    in-file offsets when the text holds only snapshots), bytes = the input's size when it is given as
+    ``str``/``bytes`` (0 for an iterable of lines).
     """
     if ingested_at is None:
         ingested_at = datetime.now(timezone.utc)
@@ -998,8 +1011,10 @@ def parse_dump_text(
         offsets = [r.offset for r in (*snap.records, *ctrl.records)]
     if offsets:
         stats.first_offset, stats.last_offset = min(offsets), max(offsets)
-    if isinstance(text_or_lines, (str, bytes)):
-        stats.bytes = len(text_or_lines.encode("utf-8") if isinstance(text_or_lines, str) else text_or_lines)
+    if isinstance(text_or_lines, str):
+        stats.bytes = len(text_or_lines.encode("utf-8", errors="surrogateescape"))
+    elif isinstance(text_or_lines, (bytes, bytearray, memoryview)):
+        stats.bytes = memoryview(text_or_lines).nbytes
     return DecodedChunk(
         log=_log_batch(log, cluster_id, source_file),
         control=_control_batch(ctrl, cluster_id, source_file),

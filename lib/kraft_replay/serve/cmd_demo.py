@@ -8,8 +8,10 @@ exactly-once sink, and print a summary. Later pipeline steps extend :func:`run_d
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -65,15 +67,14 @@ def lake_demo(spark: SparkSession, lake, out: Callable[[str], None] = print,
     first = lake.overwrite(DEMO_TABLE, _events(spark, 0, first_rows))
     s.first_version = first.version
     out(f"[lake] wrote {first.rows} rows in {first.files} files -> {DEMO_TABLE} v{first.version}")
-    commit_ts = next(h["timestamp"] for h in lake.history(DEMO_TABLE) if h["version"] == first.version)
+    between = _dt.datetime.now(_dt.timezone.utc)  # after the first commit, before the second
+    time.sleep(0.05)
     second = lake.append(DEMO_TABLE, _events(spark, first_rows, more_rows))
     s.latest_version = second.version
     out(f"[lake] appended {second.rows} rows -> {DEMO_TABLE} v{second.version}")
 
     s.rows_first_version = lake.read(DEMO_TABLE, version=first.version).count()
-    import datetime as _dt
-
-    at = _dt.datetime.fromtimestamp(commit_ts / 1000, tz=_dt.timezone.utc)
+    at = between
     s.rows_at_timestamp = lake.read(DEMO_TABLE, timestamp=at).count()
     s.rows_latest = lake.read(DEMO_TABLE).count()
     out(f"[lake] time travel: v{first.version} has {s.rows_first_version} rows, "
