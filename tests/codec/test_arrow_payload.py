@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_records_real import binary_files, walk_values
-from test_records_roundtrip import message_strategy, record_strategy
-
 from kraft_replay.codec.arrow_payload import (
     CONTROL_FIELDS,
     PAYLOAD_COLUMN_BY_API_KEY,
@@ -22,6 +20,11 @@ from kraft_replay.codec.arrow_payload import (
 )
 from kraft_replay.codec.records import MetadataRecord, decode_record_value, encode_record_value
 from kraft_replay.codec.schema import CONTROL_SCHEMAS, RECORD_TYPES
+
+# shared helpers of the sibling test modules, importable whatever pytest's import mode
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_records_real import binary_files, walk_values  # noqa: E402
+from test_records_roundtrip import message_strategy, record_strategy  # noqa: E402
 
 DESIGN_COLUMNS = [
     "register_broker",

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_records_real import binary_files, walk_values
-from test_records_roundtrip import record_strategy
-
 from kraft_replay.codec.jsonfmt import DumpJsonError, from_dump_json, java_double, json_string, to_dump_json
 from kraft_replay.codec.records import MetadataRecord, decode_record_value, encode_record_value
+
+# shared helpers of the sibling test modules, importable whatever pytest's import mode
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_records_real import binary_files, walk_values  # noqa: E402
+from test_records_roundtrip import record_strategy  # noqa: E402
 
 TOPIC = "AAAAAAAAAAEAAAAAAAAAAg"
 

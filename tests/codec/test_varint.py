@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraft_replay.codec.varint import (
@@ -86,6 +86,7 @@ def test_write_range_errors() -> None:
             fn(bad)
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=-(2**31), max_value=2**31 - 1))
 def test_varint_round_trip(n: int) -> None:
     b = write_varint(n)
@@ -93,6 +94,7 @@ def test_varint_round_trip(n: int) -> None:
     assert len(b) <= 5
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
 def test_varlong_round_trip(n: int) -> None:
     b = write_varlong(n)
@@ -100,6 +102,7 @@ def test_varlong_round_trip(n: int) -> None:
     assert len(b) == varint_size(n) <= 10
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=2**64 - 1))
 def test_uvarlong_round_trip(n: int) -> None:
     b = write_uvarlong(n)
@@ -109,6 +112,7 @@ def test_uvarlong_round_trip(n: int) -> None:
         assert read_uvarint(b) == (n, len(b))
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=12))
 def test_random_bytes_never_raise_other_errors(data: bytes) -> None:
     for fn in (read_uvarint, read_varint, read_uvarlong, read_varlong):

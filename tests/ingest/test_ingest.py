@@ -177,3 +177,15 @@ def test_discover_node_dir_rules(node_dir: Path) -> None:
     assert {f.cluster_id for f in discover([str(node_dir / "__cluster_metadata-0")])[0]} == {"node1"}
     glob_files, _ = discover([str(node_dir / "__cluster_metadata-0" / "*.log")])
     assert [f.name for f in glob_files] == ["00000000000000000000.log"]
+
+
+def test_dump_text_goes_through_the_text_parser(spark, lake, real_kraft_dir: Path) -> None:
+    name = "text__strimzi-blog-2024-03-22__kafka-dump-log-cluster-metadata-decoder__3.7.txt"
+    s = run_ingest(spark, lake, [str(real_kraft_dir / name)], cluster_id="strimzi", say=_quiet)
+    assert [f.file.kind.value for f in s.files] == ["dump_text"]
+    log = lake.read("metadata_log")
+    types = {r["record_type"] for r in log.select("record_type").distinct().collect()}
+    assert {"REGISTER_BROKER_RECORD", "TOPIC_RECORD", "CONFIG_RECORD", "PARTITION_RECORD"} <= types
+    assert log.where(F.col("partition").isNotNull()).count() == 3
+    files = lake.read("ingest_files").collect()
+    assert len(files) == 1 and files[0]["file_kind"] == "dump_text" and files[0]["records"] == log.count()

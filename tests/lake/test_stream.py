@@ -90,3 +90,23 @@ def test_sink_is_exactly_once_across_sigkill(spark, lake, events_table, tmp_path
                if '"txn"' in line}
     assert len(app_ids) == 1 and lake._impl.snapshot("dst").table.transaction_version(app_ids.pop()) == n_files - 1
     assert query_id  # the sink id is derived from this persisted query id
+
+
+def test_commits_that_remove_rows_fail_the_stream_unless_skipped(spark, lake, events_table, tmp_path):
+    lake.append(events_table, events(spark, 0, 90))
+    lake.compact(events_table)  # dataChange=false: not a change commit, no new rows
+    lake.overwrite(events_table, events(spark, 100, 130).where("part = 1"), replace_where="part = 1")
+    lake.append(events_table, events(spark, 500, 530))
+    failing = (lake.read_stream(events_table, starting_version=1).writeStream.format("noop")
+               .option("checkpointLocation", str(tmp_path / "c1")).trigger(availableNow=True).start())
+    try:
+        failing.awaitTermination()
+        raised = None
+    except Exception as exc:  # StreamingQueryException
+        raised = str(exc)
+    assert raised is not None and "version 3 removes or rewrites rows" in raised
+    q = (lake.read_stream(events_table, starting_version=1, skip_change_commits=True)
+         .writeStream.format("memory").queryName("skip_changes").trigger(availableNow=True).start())
+    q.awaitTermination()
+    ids = sorted(r.id for r in spark.table("skip_changes").collect())
+    assert ids == list(range(90)) + list(range(500, 530))

@@ -41,7 +41,7 @@ from kraft_replay.generate.mv import NO_EPOCH_BUMP_ON_SHRINK_LEVEL
 from kraft_replay.generate.plan import PARTITION_CHANGE, Plan, PlannedBatch
 
 NOOP = 20
-CHUNK_BATCHES = 100_000
+CHUNK_BATCHES = 200_000
 
 LOG_TYPE: StructType = from_arrow_schema(LOG_SCHEMA)
 CONTROL_TYPE: StructType = from_arrow_schema(CONTROL_SCHEMA)
@@ -102,18 +102,59 @@ def _finish_log(df: DataFrame, plan: Plan, combos: set[tuple[int, int]]) -> Data
     return conform(out, LOG_TYPE)
 
 
+def _chunk_bounds(plan: Plan, seg) -> list[int]:  # noqa: ANN001 - a plan Segment
+    """Batch indexes splitting a segment at every offset-bucket boundary and at most every CHUNK_BATCHES."""
+    lay = plan.layout
+    churn = not seg.noop_allowed
+    base = lay.prefix(seg.j_start, churn)
+
+    def offset(j: int) -> int:
+        return seg.offset_start + lay.prefix(j, churn) - base
+
+    cuts = {seg.j_start, seg.j_end}
+    first_bucket = seg.offset_start // OFFSET_BUCKET_SIZE + 1
+    last_bucket = offset(seg.j_end) // OFFSET_BUCKET_SIZE
+    for m in range(first_bucket, last_bucket + 1):
+        lo, hi = seg.j_start, seg.j_end          # smallest j with offset(j) >= m * bucket size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if offset(mid) >= m * OFFSET_BUCKET_SIZE:
+                hi = mid
+            else:
+                lo = mid + 1
+        cuts.add(lo)
+    bounds = sorted(cuts)
+    out = [bounds[0]]
+    for b in bounds[1:]:
+        while b - out[-1] > CHUNK_BATCHES:
+            out.append(out[-1] + CHUNK_BATCHES)
+        if b > out[-1]:
+            out.append(b)
+    return out
+
+
 def segments_frame(spark: SparkSession, plan: Plan) -> DataFrame:
-    """The plan's bulk segments split into chunks of at most ``CHUNK_BATCHES`` batches."""
+    """The plan's bulk segments split into chunks (one Spark partition each) that stay inside one
+    offset bucket, so each task writes one or two ``offset_bucket`` partitions without a sort."""
     rows: list[tuple[Any, ...]] = []
     for s in plan.segments:
-        for lo in range(s.j_start, s.j_end, CHUNK_BATCHES):
-            rows.append((s.seg_id, s.j_start, lo, min(lo + CHUNK_BATCHES, s.j_end), s.offset_start, s.noop_allowed,
-                         s.mv_level, s.raft_epoch, s.down))
+        bounds = _chunk_bounds(plan, s)
+        for lo, hi in zip(bounds, bounds[1:]):
+            rows.append((s.seg_id, s.j_start, lo, hi, s.offset_start, s.noop_allowed, s.mv_level, s.raft_epoch, s.down))
     schema = ("seg_id long, seg_j_start long, j_lo long, j_hi long, offset_start long, noop_allowed boolean, "
               "mv_level int, raft_epoch int, down array<int>")
-    df = spark.createDataFrame(rows, schema)
-    n = max(1, min(len(rows), plan.layout.n_batches // 200_000 + 1))
-    return df.repartition(n) if n > 1 else df
+    # few large chunks: one partition each; many small ones (structural-heavy runs): grouped
+    groups: list[list[tuple[Any, ...]]] = []
+    size = 0
+    for r in rows:
+        n = r[3] - r[2]
+        if not groups or size + n > CHUNK_BATCHES:
+            groups.append([])
+            size = 0
+        groups[-1].append(r)
+        size += n
+    rdd = spark.sparkContext.parallelize(groups or [[]], max(1, len(groups))).flatMap(lambda g: g)
+    return spark.createDataFrame(rdd, schema)
 
 
 def _lit_array(values: list[Any], typ: str) -> Column:

@@ -5,16 +5,20 @@ Steps (each a rule of issue 3 / docs/design.md):
 1. Discover the input files (:mod:`.sources`), checksum them; a file whose ``(cluster_id, sha256)``
    is already in ``ingest_files`` (or repeats within the run) is skipped: re-ingest is a no-op.
 2. Plan batch-aligned byte-range tasks (:mod:`.plan`); workers read their ranges themselves.
-3. Decode with ``mapInArrow`` into one wide "union" frame (each row tagged with its table), persisted
-   so the five tables are written from a single decode. Nothing is collected to the driver except
-   one small statistics row per decoded chunk.
-4. ``--strict``: any quarantine aborts before anything is committed.
-5. Each offset once: log rows whose ``(cluster_id, offset)`` already exist (or repeat across
-   overlapping input files) are dropped by an anti-join / de-duplication, run only when the offset
-   ranges actually overlap; snapshot and control rows are keyed by snapshot id and position.
-6. Append ``metadata_log``, ``snapshot_records``, ``metadata_control``, ``ingest_quarantine``, then
-   ``ingest_files`` last, each with a Delta txn ``(app_id, 1)`` derived from the run's file set, so a
-   re-run after a crash does not append twice.
+3. Each offset once: the offset ranges from the chain walk decide whether log rows can repeat
+   (overlapping input files, or offsets the table already holds); only then is a de-duplication /
+   anti-join on ``(cluster_id, offset)`` added to the plan. Snapshot and control rows are always
+   keyed by snapshot id and position.
+4. One decode pass with ``mapInArrow``: the log rows (the bulk) stream straight into the
+   ``metadata_log`` append; each task also writes its small outputs (control, snapshot and
+   quarantine rows, one statistics row) as Parquet files into a run staging dir under the lake
+   root, which the driver then appends through the lake. Nothing is collected to the driver
+   except the statistics rows.
+5. ``--strict``: a first decode pass writes only the side outputs; any quarantine aborts before
+   anything is committed.
+6. ``metadata_log`` is appended first, then ``snapshot_records``, ``metadata_control``,
+   ``ingest_quarantine`` and ``ingest_files`` last, each with a Delta txn ``(app_id, 1)`` derived from
+   the run's file set, so a re-run after a crash does not append twice.
 """
 
 from __future__ import annotations
@@ -28,10 +32,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType, IntegerType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from kraft_replay.codec.arrow import (
     CONTROL_SCHEMA,
@@ -55,43 +58,19 @@ from kraft_replay.ingest.tables import (
     spark_schema,
 )
 
-__all__ = ["IngestSummary", "FileResult", "run_ingest", "UNION_SCHEMA", "decode_tasks"]
+__all__ = ["IngestSummary", "FileResult", "run_ingest", "decode_tasks"]
 
-TABLE_COL = "_table"
 STATS = "_stats"
-_STAT_FIELDS = [
-    pa.field("stat_task", pa.int64()),
-    pa.field("stat_bytes", pa.int64()),
-    pa.field("stat_batches", pa.int64()),
-    pa.field("stat_records", pa.int64()),
-    pa.field("stat_quarantined", pa.int64()),
-    pa.field("stat_first_offset", pa.int64()),
-    pa.field("stat_last_offset", pa.int64()),
-]
-_PARTS = {
-    METADATA_LOG: LOG_SCHEMA,
-    METADATA_CONTROL: CONTROL_SCHEMA,
-    SNAPSHOT_RECORDS: SNAPSHOT_SCHEMA,
-    INGEST_QUARANTINE: QUARANTINE_SCHEMA,
-}
-
-
-def _union_schema() -> pa.Schema:
-    fields: dict[str, pa.Field] = {TABLE_COL: pa.field(TABLE_COL, pa.string())}
-    for name, schema in _PARTS.items():
-        for f in schema:
-            have = fields.get(f.name)
-            if have is None:
-                fields[f.name] = f
-            elif not have.type.equals(f.type):
-                raise AssertionError(f"bronze column {f.name!r} has different types across tables ({name})")
-    for f in _STAT_FIELDS:
-        fields[f.name] = f
-    return pa.schema(list(fields.values()))
-
-
-#: One row type for every table's rows (``_table`` says which), so one decode feeds all tables.
-UNION_SCHEMA = _union_schema()
+STATS_SCHEMA = pa.schema([
+    pa.field("task_id", pa.int64()),
+    pa.field("bytes", pa.int64()),
+    pa.field("batches", pa.int64()),
+    pa.field("records", pa.int64()),
+    pa.field("quarantined", pa.int64()),
+    pa.field("first_offset", pa.int64()),
+    pa.field("last_offset", pa.int64()),
+])
+SIDE_TABLES = {METADATA_CONTROL: CONTROL_SCHEMA, SNAPSHOT_RECORDS: SNAPSHOT_SCHEMA, INGEST_QUARANTINE: QUARANTINE_SCHEMA}
 
 _TASK_SCHEMA = StructType([
     StructField("task_id", LongType()),
@@ -109,45 +88,31 @@ _TASK_SCHEMA = StructType([
 _PIECE_BYTES = 4 * 1024 * 1024
 
 
-def _to_union(batch: pa.RecordBatch, table: str) -> pa.RecordBatch:
-    n = batch.num_rows
-    names = set(batch.schema.names)
-    cols = []
-    for f in UNION_SCHEMA:
-        if f.name == TABLE_COL:
-            cols.append(pa.array([table] * n, pa.string()))
-        elif f.name in names:
-            cols.append(batch.column(f.name))
-        else:
-            cols.append(pa.nulls(n, f.type))
-    return pa.RecordBatch.from_arrays(cols, schema=UNION_SCHEMA)
+def _write_side(staging: str, table: str, task_id: int, batches: list[pa.RecordBatch], schema: pa.Schema) -> None:
+    import pyarrow.parquet as pq
+    from pyarrow import fs as pafs
+
+    fs, root = pafs.FileSystem.from_uri(staging) if "://" in staging else (pafs.LocalFileSystem(), staging)
+    fs.create_dir(f"{root}/{table}", recursive=True)
+    pq.write_table(pa.Table.from_batches(batches, schema=schema), f"{root}/{table}/task-{task_id:06d}.parquet", filesystem=fs)
 
 
-def _stats_row(task_id: int, cluster_id: str, source_file: str, stats) -> pa.RecordBatch:  # noqa: ANN001
-    values = {
-        TABLE_COL: STATS, "cluster_id": cluster_id, "source_file": source_file, "stat_task": task_id,
-        "stat_bytes": stats.bytes, "stat_batches": stats.batches, "stat_records": stats.records,
-        "stat_quarantined": stats.quarantined, "stat_first_offset": stats.first_offset,
-        "stat_last_offset": stats.last_offset,
-    }
-    return pa.RecordBatch.from_arrays([pa.array([values.get(f.name)], f.type) for f in UNION_SCHEMA], schema=UNION_SCHEMA)
-
-
-def decode_tasks(rows: list[dict], ingested_at: datetime) -> Iterator[pa.RecordBatch]:
-    """Decode task rows (file, byte range, kind ...) into union batches: bronze rows + stats rows."""
+def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log: bool = True) -> Iterator[pa.RecordBatch]:
+    """Decode task rows (file, byte range, kind ...): yield ``metadata_log`` batches, and write the
+    task's control/snapshot/quarantine rows and its statistics row into ``staging`` (deterministic
+    file names, so a retried task overwrites its own output)."""
     from kraft_replay.codec.arrow import ChunkStats, decode_to_arrow
     from kraft_replay.codec.batch import batch_cuts
     from kraft_replay.ingest.sources import read_range
 
     for t in rows:
         kind = t["file_kind"]
+        data = read_range(t["path"], t["start"], t["end"])
         if kind == FileKind.DUMP_TEXT.value:
             from kraft_replay.ingest.dumptext import parse_dump_text
 
-            data = read_range(t["path"], t["start"], t["end"])
-            chunks = [parse_dump_text(data, cluster_id=t["cluster_id"], source_file=t["source_file"], ingested_at=ingested_at)]
+            chunks = iter([parse_dump_text(data, cluster_id=t["cluster_id"], source_file=t["source_file"], ingested_at=ingested_at)])
         else:
-            data = read_range(t["path"], t["start"], t["end"])
             edges = [0, *batch_cuts(data, _PIECE_BYTES), len(data)]
             chunks = (
                 decode_to_arrow(
@@ -157,12 +122,14 @@ def decode_tasks(rows: list[dict], ingested_at: datetime) -> Iterator[pa.RecordB
                 )
                 for a, b in zip(edges, edges[1:])
             )
+        side: dict[str, list[pa.RecordBatch]] = {name: [] for name in SIDE_TABLES}
         total = ChunkStats()
         for c in chunks:
-            for table, part in ((METADATA_LOG, c.log), (SNAPSHOT_RECORDS, c.snapshot),
-                                (METADATA_CONTROL, c.control), (INGEST_QUARANTINE, c.quarantine)):
+            if emit_log and c.log.num_rows:
+                yield c.log
+            for name, part in ((METADATA_CONTROL, c.control), (SNAPSHOT_RECORDS, c.snapshot), (INGEST_QUARANTINE, c.quarantine)):
                 if part.num_rows:
-                    yield _to_union(part, table)
+                    side[name].append(part)
             s = c.stats
             total.bytes += s.bytes
             total.batches += s.batches
@@ -171,13 +138,20 @@ def decode_tasks(rows: list[dict], ingested_at: datetime) -> Iterator[pa.RecordB
             if s.first_offset is not None:
                 total.first_offset = s.first_offset if total.first_offset is None else min(total.first_offset, s.first_offset)
                 total.last_offset = s.last_offset if total.last_offset is None else max(total.last_offset, s.last_offset)
-        yield _stats_row(t["task_id"], t["cluster_id"], t["source_file"], total)
+        for name, parts in side.items():
+            if parts:
+                _write_side(staging, name, t["task_id"], parts, SIDE_TABLES[name])
+        stats = {"task_id": t["task_id"], "bytes": total.bytes, "batches": total.batches, "records": total.records,
+                 "quarantined": total.quarantined, "first_offset": total.first_offset, "last_offset": total.last_offset}
+        _write_side(staging, STATS, t["task_id"],
+                    [pa.RecordBatch.from_arrays([pa.array([stats[f.name]], f.type) for f in STATS_SCHEMA], schema=STATS_SCHEMA)],
+                    STATS_SCHEMA)
 
 
-def _mapper(ingested_at: datetime) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _mapper(ingested_at: datetime, staging: str, emit_log: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            yield from decode_tasks(b.to_pylist(), ingested_at)
+            yield from decode_tasks(b.to_pylist(), ingested_at, staging, emit_log)
 
     return run
 
@@ -253,7 +227,9 @@ class _Progress(threading.Thread):
                     total += info.numTasks
             if total:
                 mb = self.total_bytes / 1e6 * done / total
-                self.say(f"  decoding: {done}/{total} tasks, ~{mb:.0f}/{self.total_bytes / 1e6:.0f} MB, {time.time() - self.t0:.0f}s")
+                secs = time.time() - self.t0
+                self.say(f"  decoding: {done}/{total} tasks, ~{mb:.0f}/{self.total_bytes / 1e6:.0f} MB "
+                         f"({mb / max(secs, 1e-9):.1f} MB/s), {secs:.0f}s")
 
 
 def _ranges_overlap(ranges: list[tuple[int, int]]) -> bool:
@@ -305,86 +281,91 @@ def run_ingest(
         say(f"ingest {run_id}: nothing new to ingest")
         return summary
 
-    tasks = plan_tasks(todo, split_bytes)
+
+    tasks, walks = plan_tasks(todo, split_bytes)
     summary.bytes = sum(f.size for f in todo)
     say(f"ingest {run_id}: decoding {len(todo)} file(s), {summary.bytes / 1e6:.1f} MB in {len(tasks)} task(s)")
     task_rows = [(t.task_id, t.path, t.source_file, t.file_kind, t.cluster_id, t.start, t.end,
                   t.snapshot_end_offset, t.snapshot_epoch) for t in tasks]
     tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
-    decoded = tasks_df.mapInArrow(_mapper(ingested_at), spark_schema(UNION_SCHEMA)).persist(StorageLevel.MEMORY_AND_DISK)
+    staging = _staging_dir(lake, run_id)
+    app_id = "kraft-replay-ingest-" + hashlib.sha256(
+        "\n".join(sorted(f"{f.cluster_id}:{sums[f.path]}" for f in todo)).encode()).hexdigest()[:32]
+    log_schema = spark_schema(LOG_SCHEMA)
     try:
-        progress = _Progress(spark, summary.bytes, say)
-        progress.start()
-        try:
-            stats = decoded.where(F.col(TABLE_COL) == STATS).select(
-                "stat_task", "stat_batches", "stat_records", "stat_quarantined", "stat_first_offset", "stat_last_offset"
-            ).collect()
-        finally:
-            progress.stop_evt.set()
-        t_decode = time.time() - t0
-        by_task = {t.task_id: t for t in tasks}
-        results = {f.path: FileResult(f, sums[f.path]) for f in todo}
-        for s in stats:
-            r = results[by_task[s["stat_task"]].path]
-            r.batches += s["stat_batches"]
-            r.records += s["stat_records"]
-            r.quarantined += s["stat_quarantined"]
-            if s["stat_first_offset"] is not None:
-                r.first_offset = s["stat_first_offset"] if r.first_offset is None else min(r.first_offset, s["stat_first_offset"])
-                r.last_offset = s["stat_last_offset"] if r.last_offset is None else max(r.last_offset, s["stat_last_offset"])
-        summary.files = list(results.values())
-        summary.records = sum(r.records for r in summary.files)
-        summary.quarantined = sum(r.quarantined for r in summary.files)
-        say(f"ingest {run_id}: decoded {summary.records} records in {t_decode:.1f}s "
-            f"({summary.records / max(t_decode, 1e-9):,.0f} records/s), {summary.quarantined} quarantined")
-
-        if strict and summary.quarantined:
-            first = decoded.where(F.col(TABLE_COL) == INGEST_QUARANTINE).select(
-                "source_file", "source_position", "reason_code").limit(1).collect()[0]
-            raise IngestError(
-                f"--strict: {summary.quarantined} range(s) could not be decoded (first: {first['source_file']} "
-                f"at byte {first['source_position']}: {first['reason_code']}); nothing committed. "
-                "Re-run without --strict to ingest the valid batches and quarantine the rest"
-            )
-
-        app_id = "kraft-replay-ingest-" + hashlib.sha256(
-            "\n".join(sorted(f"{f.cluster_id}:{sums[f.path]}" for f in todo)).encode()).hexdigest()[:32]
-
-        def part(table: str) -> DataFrame:
-            cols = [f.name for f in _PARTS[table]]
-            return decoded.where(F.col(TABLE_COL) == table).select(*cols)
+        if strict:
+            _with_progress(spark, summary.bytes, say, lambda: tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count())
+            q = sum(r["quarantined"] for r in _read_stats(staging))
+            if q:
+                first = spark.read.schema(spark_schema(QUARANTINE_SCHEMA)).parquet(f"{staging}/{INGEST_QUARANTINE}").orderBy(
+                    "source_file", "source_position").select("source_file", "source_position", "reason_code").limit(1).collect()[0]
+                raise IngestError(
+                    f"--strict: {q} range(s) could not be decoded (first: {first['source_file']} "
+                    f"at byte {first['source_position']}: {first['reason_code']}); nothing committed. "
+                    "Re-run without --strict to ingest the valid batches and quarantine the rest"
+                )
 
         # metadata_log: each (cluster_id, offset) once
-        log_df = part(METADATA_LOG)
+        log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True), log_schema)
         seg_ranges: dict[str, list[tuple[int, int]]] = {}
-        for r in summary.files:
-            if r.file.kind is FileKind.SEGMENT and r.first_offset is not None:
-                seg_ranges.setdefault(r.file.cluster_id, []).append((r.first_offset, r.last_offset))
-            elif r.file.kind is FileKind.DUMP_TEXT:
-                seg_ranges.setdefault(r.file.cluster_id, []).append((-1, 1 << 62))  # unknown range: check all
+        for f in todo:
+            w = walks.get(f.path)
+            if f.kind is FileKind.SEGMENT and w is not None and w.first_offset is not None:
+                seg_ranges.setdefault(f.cluster_id, []).append((w.first_offset, w.last_offset))
+            elif f.kind is FileKind.DUMP_TEXT:
+                seg_ranges.setdefault(f.cluster_id, []).append((0, 1 << 62))  # unknown range: check all
         if any(_ranges_overlap(v) for v in seg_ranges.values()):
             log_df = log_df.dropDuplicates(["cluster_id", "offset"])
         if seg_ranges:
             cond = None
             for cid, rs in seg_ranges.items():
                 lo, hi = min(a for a, _ in rs), max(b for _, b in rs)
-                c = (F.col("cluster_id") == cid) & F.col("offset_bucket").between(max(lo, 0) // OFFSET_BUCKET_SIZE, hi // OFFSET_BUCKET_SIZE) & F.col("offset").between(lo, hi)
+                c = ((F.col("cluster_id") == cid)
+                     & F.col("offset_bucket").between(max(lo, 0) // OFFSET_BUCKET_SIZE, hi // OFFSET_BUCKET_SIZE)
+                     & F.col("offset").between(lo, hi))
                 cond = c if cond is None else cond | c
             existing = lake.read(METADATA_LOG).where(cond).select("cluster_id", "offset")
             if existing.limit(1).count():
                 log_df = log_df.join(existing, ["cluster_id", "offset"], "left_anti")
 
+        t1 = time.time()
+        res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id, 1)))
+        summary.rows[METADATA_LOG] = 0 if res.skipped else int(res.rows)
+        if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
+            tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count()
+        say(f"  decoded and wrote {METADATA_LOG}: {summary.rows[METADATA_LOG]} rows in {time.time() - t1:.1f}s")
+
+        stats = _read_stats(staging)
+        by_task = {t.task_id: t for t in tasks}
+        results = {f.path: FileResult(f, sums[f.path]) for f in todo}
+        for st in stats:
+            r = results[by_task[st["task_id"]].path]
+            r.batches += st["batches"]
+            r.records += st["records"]
+            r.quarantined += st["quarantined"]
+            if st["first_offset"] is not None:
+                r.first_offset = st["first_offset"] if r.first_offset is None else min(r.first_offset, st["first_offset"])
+                r.last_offset = st["last_offset"] if r.last_offset is None else max(r.last_offset, st["last_offset"])
+        if len(stats) != len(tasks):
+            raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
+        summary.files = list(results.values())
+        summary.records = sum(r.records for r in summary.files)
+        summary.quarantined = sum(r.quarantined for r in summary.files)
+        elapsed = time.time() - t0
+        say(f"ingest {run_id}: {len(summary.files)} file(s), {summary.bytes / 1e6:.1f} MB, {summary.records} records decoded "
+            f"({summary.records / max(elapsed, 1e-9):,.0f} records/s so far), {summary.quarantined} quarantined")
+
         snap_keys = ["cluster_id", "snapshot_kind", "snapshot_end_offset", "snapshot_epoch", "position_in_snapshot"]
         ctrl_keys = ["cluster_id", "source_kind", "snapshot_end_offset", "snapshot_epoch", "offset"]
         clusters = sorted({f.cluster_id for f in todo})
-        snap_df = part(SNAPSHOT_RECORDS).dropDuplicates(snap_keys)
-        snap_df = _anti_join(snap_df, lake.read(SNAPSHOT_RECORDS).where(F.col("cluster_id").isin(clusters)).select(*snap_keys), snap_keys)
-        ctrl_df = part(METADATA_CONTROL).dropDuplicates(ctrl_keys)
-        ctrl_df = _anti_join(ctrl_df, lake.read(METADATA_CONTROL).where(F.col("cluster_id").isin(clusters)).select(*ctrl_keys), ctrl_keys)
-
-        for table, df in ((METADATA_LOG, log_df), (SNAPSHOT_RECORDS, snap_df), (METADATA_CONTROL, ctrl_df),
-                          (INGEST_QUARANTINE, part(INGEST_QUARANTINE))):
+        for table, keys in ((SNAPSHOT_RECORDS, snap_keys), (METADATA_CONTROL, ctrl_keys), (INGEST_QUARANTINE, None)):
             t1 = time.time()
+            if not _exists(f"{staging}/{table}"):
+                summary.rows[table] = 0
+                continue
+            df = spark.read.schema(spark_schema(SIDE_TABLES[table])).parquet(f"{staging}/{table}")
+            if keys:
+                df = _anti_join(df.dropDuplicates(keys), lake.read(table).where(F.col("cluster_id").isin(clusters)).select(*keys), keys)
             res = lake.append(table, df, txn=(app_id, 1))
             summary.rows[table] = 0 if res.skipped else int(res.rows)
             say(f"  wrote {table}: {summary.rows[table]} rows in {time.time() - t1:.1f}s")
@@ -402,6 +383,48 @@ def run_ingest(
         res = lake.append(INGEST_FILES, files_df, txn=(app_id, 1))
         summary.rows[INGEST_FILES] = 0 if res.skipped else len(file_rows)
     finally:
-        decoded.unpersist()
+        _remove(staging)
     summary.seconds = time.time() - t0
     return summary
+
+
+def _staging_dir(lake, run_id: str) -> str:  # noqa: ANN001
+    root = str(lake.root).rstrip("/")
+    return f"{root}/_ingest_staging/{run_id}"
+
+
+def _fs_of(path: str):  # noqa: ANN202
+    from pyarrow import fs as pafs
+
+    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+
+
+def _exists(path: str) -> bool:
+    from pyarrow import fs as pafs
+
+    fs, p = _fs_of(path)
+    return fs.get_file_info(p).type == pafs.FileType.Directory
+
+
+def _remove(path: str) -> None:
+    fs, p = _fs_of(path)
+    try:
+        fs.delete_dir(p)
+    except (FileNotFoundError, OSError):
+        pass
+
+
+def _read_stats(staging: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    fs, p = _fs_of(f"{staging}/{STATS}")
+    return pq.read_table(p, filesystem=fs, schema=STATS_SCHEMA).to_pylist()
+
+
+def _with_progress(spark: SparkSession, total_bytes: int, say: Callable[[str], None], fn: Callable[[], object]):  # noqa: ANN202
+    progress = _Progress(spark, total_bytes, say)
+    progress.start()
+    try:
+        return fn()
+    finally:
+        progress.stop_evt.set()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.sources import InputFile, _fs, is_uri
 
-__all__ = ["Task", "sha256_of", "batch_boundaries", "plan_tasks", "DEFAULT_SPLIT_BYTES"]
+__all__ = ["Task", "Walk", "sha256_of", "walk_batches", "plan_tasks", "DEFAULT_SPLIT_BYTES"]
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 _WINDOW = 1024 * 1024
@@ -83,10 +83,26 @@ def sha256_of(path: str, chunk: int = 4 * 1024 * 1024) -> str:
     return h.hexdigest()
 
 
-def batch_boundaries(path: str, size: int, every: int) -> list[int]:
-    """Batch-aligned cut positions roughly every ``every`` bytes (excluding 0 and ``size``)."""
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """Result of walking a file's batch chain: cut points, batch count and the offset range of the
+    well-framed batches (``None`` if there are none), and where the framing ends."""
+
+    cuts: list[int]
+    batches: int
+    first_offset: int | None
+    last_offset: int | None
+    framed_end: int
+
+
+def walk_batches(path: str, size: int, every: int) -> Walk:
+    """Walk the batch chain of a file (12-byte reads through a window buffer; see module doc) and
+    return batch-aligned cut positions roughly every ``every`` bytes plus the framed offset range."""
     cuts: list[int] = []
     r = _Reader(path)
+    batches = 0
+    first = None
+    last_pos = -1
     try:
         win = b""
         win_start = 0
@@ -101,35 +117,47 @@ def batch_boundaries(path: str, size: int, every: int) -> list[int]:
                 rel = 0
                 if len(win) < 12:
                     break
-            _base, length = unpack(win, rel)
+            base, length = unpack(win, rel)
             if length < 14:
                 break
             nxt = pos + 12 + length
             if nxt > size:
                 break
+            if first is None:
+                first = base
+            batches += 1
+            last_pos = pos
             pos = nxt
             if pos >= next_cut and pos < size:
                 cuts.append(pos)
                 next_cut = pos + every
+        last = None
+        if last_pos >= 0:
+            head = r.read_at(27, last_pos)
+            if len(head) == 27:
+                last = struct.unpack_from(">q", head, 0)[0] + struct.unpack_from(">i", head, 23)[0]
     finally:
         r.close()
-    return cuts
+    return Walk(cuts, batches, first, last, pos)
 
 
-def plan_tasks(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Task]:
-    """Decode tasks for ``files``: one per file, big segments/snapshots split at batch boundaries."""
+def plan_tasks(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -> tuple[list[Task], dict[str, "Walk"]]:
+    """Decode tasks for ``files`` (one per file, big ones split at batch boundaries), and the chain
+    walk of every binary file by path (used for its offset range)."""
     tasks: list[Task] = []
+    walks: dict[str, Walk] = {}
     for f in files:
         kind = f.kind
         end_off = f.info.end_offset if kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP) else None
         epoch = f.info.epoch if kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP) else None
-        cuts = batch_boundaries(f.path, f.size, split_bytes) if kind is not FileKind.DUMP_TEXT and f.size > split_bytes else []
+        cuts: list[int] = []
+        if kind is not FileKind.DUMP_TEXT:
+            walks[f.path] = w = walk_batches(f.path, f.size, split_bytes)
+            cuts = w.cuts
         edges = [0, *cuts, f.size]
         for a, b in zip(edges, edges[1:]):
             tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch))
-        if f.size == 0:
-            tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, 0, 0, end_off, epoch))
-    return tasks
+    return tasks, walks
 
 
 def local_path(path: str) -> str:

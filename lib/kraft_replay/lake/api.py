@@ -9,8 +9,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from kraft_replay.lake.backend import LakeBackend
+from kraft_replay.lake.deltars import CommitResult
 from kraft_replay.lake.errors import InvalidArgumentError
-from kraft_replay.lake.deltars import CommitResult, DeltaRsBackend
 
 Backend = Literal["auto", "deltars", "delta-spark"]
 
@@ -42,7 +43,7 @@ class Lake:
 
     def __init__(self, root: str, spark: SparkSession, backend: Backend = "auto",
                  target_file_rows: int = 2_000_000, storage_options: dict[str, str] | None = None) -> None:
-        from kraft_replay.lake.backend import make_backend
+        from kraft_replay.lake.backend import make_backend  # noqa: PLC0415
 
         if not root:
             raise InvalidArgumentError("lake root is empty; pass --lake DIR")
@@ -50,7 +51,7 @@ class Lake:
             raise InvalidArgumentError(f"target_file_rows must be >= 1, got {target_file_rows}")
         self.spark = spark
         self.target_file_rows = int(target_file_rows)
-        self._impl = make_backend(backend, str(root), spark, self.target_file_rows, storage_options)
+        self._impl: LakeBackend = make_backend(backend, str(root), spark, self.target_file_rows, storage_options)
         self.root = self._impl.root.uri
         self.backend: str = self._impl.name
 
@@ -118,6 +119,9 @@ class Lake:
              where: str | None = None) -> DataFrame:
         """Rows of ``name`` at the latest version, a ``version`` or a ``timestamp`` (datetime or ISO string).
 
+        A timestamp selects the latest version committed at or before it (delta-rs dates a commit
+        by its log file's modification time); one before the first commit is an error.
+
         ``where`` is an optional SQL predicate on partition columns that prunes files before Spark
         plans the scan (filters applied later on the DataFrame are pruned by Spark as well).
         """
@@ -135,10 +139,14 @@ class Lake:
     # ---- streaming ---------------------------------------------------------------------------
 
     def read_stream(self, name: str, max_files_per_trigger: int | None = None,
-                    max_rows_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
-        """A streaming DataFrame over ``name``: the snapshot at start, then each new commit's added files."""
+                    max_rows_per_trigger: int | None = None, starting_version: int | None = None,
+                    skip_change_commits: bool = False) -> DataFrame:
+        """A streaming DataFrame over ``name``: the snapshot at start (or the commits from
+        ``starting_version`` on), then each new commit's added rows. A commit that removes rows
+        (overwrite/merge) fails the query unless ``skip_change_commits`` skips such commits."""
         return self._impl.read_stream(_valid_name(name), max_files_per_trigger=max_files_per_trigger,
-                                      max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version)
+                                      max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
+                                      skip_change_commits=skip_change_commits)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> StreamingQuery:

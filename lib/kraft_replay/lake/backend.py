@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from kraft_replay.lake.deltars import CommitResult
+from kraft_replay.lake.files import Location
 
 from kraft_replay.lake.errors import BackendUnavailableError, InvalidArgumentError
 
 DELTA_SPARK_CLASS = "io.delta.tables.DeltaTable"
+
+
+class LakeBackend(Protocol):
+    """What :class:`kraft_replay.lake.Lake` needs from a backend (both backends implement it)."""
+
+    name: str
+    root: Location
+
+    def table_names(self) -> list[str]: ...
+    def exists(self, name: str) -> bool: ...
+    def schema(self, name: str) -> StructType: ...
+    def version(self, name: str) -> int: ...
+    def create_table(self, name: str, schema: StructType, partition_by: list[str]) -> bool: ...
+    def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
+              txn: tuple[str, int] | None = None) -> CommitResult: ...
+    def read(self, name: str, version: int | None = None, timestamp: Any = None,
+             where: str | None = None) -> DataFrame: ...
+    def merge(self, name: str, df: DataFrame, keys: list[str],
+              txn: tuple[str, int] | None = None) -> CommitResult: ...
+    def compact(self, name: str) -> CommitResult: ...
+    def vacuum(self, name: str, retain_hours: float = 168.0) -> list[str]: ...
+    def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+    def table_info(self, name: str) -> tuple[int, int, StructType, list[str], int]: ...
+    def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
+                    max_rows_per_trigger: int | None = None, starting_version: int | None = None,
+                    skip_change_commits: bool = False) -> DataFrame: ...
+    def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
+                     query_name: str | None = None) -> Any: ...
 
 
 def delta_spark_available(spark: SparkSession, class_name: str | None = None) -> bool:
@@ -41,7 +73,7 @@ def resolve_backend(requested: str, spark: SparkSession) -> str:
 
 
 def make_backend(requested: str, root: str, spark: SparkSession, target_file_rows: int,
-                 storage_options: dict[str, str] | None) -> Any:
+                 storage_options: dict[str, str] | None) -> LakeBackend:
     kind = resolve_backend(requested, spark)
     if kind == "delta-spark":
         from kraft_replay.lake.delta_spark import DeltaSparkBackend

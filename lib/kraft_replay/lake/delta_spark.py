@@ -139,7 +139,8 @@ class DeltaSparkBackend:
                 int(detail["numFiles"]))
 
     def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
-                    max_rows_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
+                    max_rows_per_trigger: int | None = None, starting_version: int | None = None,
+                    skip_change_commits: bool = False) -> DataFrame:
         if max_rows_per_trigger is not None:
             raise InvalidArgumentError("backend 'delta-spark' has no rows-per-trigger limit; "
                                        "use max_files_per_trigger")
@@ -149,6 +150,8 @@ class DeltaSparkBackend:
             reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
         if starting_version is not None:
             reader = reader.option("startingVersion", int(starting_version))
+        if skip_change_commits:
+            reader = reader.option("skipChangeCommits", "true")
         return reader.load(self._path(name))
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,

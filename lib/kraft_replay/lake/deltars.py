@@ -181,19 +181,30 @@ class DeltaRsBackend:
         return dt
 
     @staticmethod
-    def _commit_time(loc: _files.Location, version: int) -> _dt.datetime | None:
-        """The commitInfo timestamp of ``version`` (None when the commit file is gone)."""
+    def _commit_info(loc: _files.Location, version: int) -> dict[str, Any] | None:
+        """The commitInfo action of commit ``version`` ({} if it has none; None if the file is absent)."""
         import json as _json
 
         try:
             with loc.fs.open_input_stream(f"{loc.fs_path}/_delta_log/{version:020d}.json") as fh:
-                for line in fh.read().decode("utf-8").splitlines():
-                    info = _json.loads(line).get("commitInfo") if line.strip() else None
-                    if info and "timestamp" in info:
-                        return _dt.datetime.fromtimestamp(info["timestamp"] / 1000, tz=_dt.timezone.utc)
-        except (OSError, ValueError):
+                text = fh.read().decode("utf-8")
+        except (FileNotFoundError, OSError):
             return None
-        return None
+        for line in text.splitlines():
+            if '"commitInfo"' in line:
+                try:
+                    return dict(_json.loads(line).get("commitInfo") or {})
+                except ValueError:
+                    return {}
+        return {}
+
+    @classmethod
+    def _commit_time(cls, loc: _files.Location, version: int) -> _dt.datetime | None:
+        """The commitInfo timestamp of ``version`` (None when unknown)."""
+        info = cls._commit_info(loc, version)
+        if not info or "timestamp" not in info:
+            return None
+        return _dt.datetime.fromtimestamp(info["timestamp"] / 1000, tz=_dt.timezone.utc)
 
     def snapshot(self, name: str, version: int | None = None, timestamp: Any = None) -> Snapshot:
         """Resolve ``name`` at the latest version, a version number or a timestamp."""
@@ -311,13 +322,19 @@ class DeltaRsBackend:
         snap.table.create_write_transaction(actions, "append", snap.table.schema(),
                                             partition_by=snap.partition_by or None,
                                             commit_properties=props)
-        # The commit may have landed after concurrent ones: find its version by its id.
-        dt = snap.table
-        dt.update_incremental()
-        for info in dt.history(max(1, dt.version() - snap.version)):
+        # The commit may have landed after concurrent ones: find its version by its id, reading
+        # the commit files after the snapshot it was based on.
+        loc = self.location(name)
+        version = snap.version + 1
+        while True:
+            info = self._commit_info(loc, version)
+            if info is None:
+                break
             if info.get("kraft_replay.commitId") == commit_id:
-                return int(info["version"])
-        raise CommitConflictError(f"table {name!r}: commit {commit_id} not found in the log after committing")
+                return version
+            version += 1
+        raise CommitConflictError(f"table {name!r}: commit {commit_id} not found in {loc.uri}/_delta_log "
+                                  "after committing; check the table's history")
 
     @staticmethod
     def _check_txn(txn: tuple[str, int] | None) -> None:
@@ -611,7 +628,8 @@ class DeltaRsBackend:
     # ---- streaming ---------------------------------------------------------------------------
 
     def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
-                    max_rows_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
+                    max_rows_per_trigger: int | None = None, starting_version: int | None = None,
+                    skip_change_commits: bool = False) -> DataFrame:
         """Streaming DataFrame over ``name`` via the lake's Python data source (see ``lake.stream``)."""
         from kraft_replay.lake.stream import stream_table
 
@@ -625,7 +643,8 @@ class DeltaRsBackend:
         return stream_table(self.spark, self.location(name).uri, to_spark_schema(snap.schema()),
                             list(snap.metadata().partition_columns),
                             max_files_per_trigger=max_files_per_trigger,
-                            max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version)
+                            max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
+                            skip_change_commits=skip_change_commits)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> Any:

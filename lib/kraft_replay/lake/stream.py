@@ -2,9 +2,11 @@
 
 Source rule (like Delta's own streaming source): a query first reads the snapshot of the table at
 the version it starts from (or, with ``starting_version``, the changes from that version on), then
-every later commit's ``add`` actions with ``dataChange=true`` in log order. Remove actions and
-``dataChange=false`` rewrites (compaction) are skipped, so rows replaced by overwrite/merge are not
-retracted. An offset is ``{"snapshot": s, "version": v, "index": i}``: every file before file ``i``
+every later commit's ``add`` actions with ``dataChange=true`` in log order. ``dataChange=false``
+rewrites (compaction) carry no new rows and are skipped. A commit that removes rows (overwrite,
+replace_where, merge) cannot be expressed as an append: like Delta's own source the query then fails
+with an error naming the version, unless ``skip_change_commits`` is set, which skips such commits
+whole. An offset is ``{"snapshot": s, "version": v, "index": i}``: every file before file ``i``
 of version ``v`` has been read (``s`` is the snapshot version the query started from, or -1).
 
 Shape, chosen for speed: offsets and file lists are planned on the driver from the Delta log;
@@ -61,8 +63,8 @@ class FileBin(InputPartition):
         self.files = files
 
 
-def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> list[_File]:
-    """Added data files (dataChange=true) of one commit, in log order."""
+def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> tuple[list[_File], bool]:
+    """Added data files (dataChange=true) of one commit, in log order, and whether it removes rows."""
     path = f"{table_path}/_delta_log/{version:020d}.json"
     try:
         with fs.open_input_stream(path) as fh:
@@ -72,16 +74,20 @@ def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> list[_Fi
             f"streaming source: commit {path} is gone (log cleaned up?); restart the query from a newer "
             f"version or a fresh checkpoint ({exc})") from None
     out: list[_File] = []
+    removes_rows = False
     for line in text.splitlines():
         if not line.strip():
             continue
         action = json.loads(line)
+        remove = action.get("remove")
+        if remove and remove.get("dataChange", True):
+            removes_rows = True
         add = action.get("add")
         if add and add.get("dataChange", True):
             stats = json.loads(add["stats"]) if add.get("stats") else {}
             out.append(_File(unquote(add["path"]), int(add.get("size", 0)), stats.get("numRecords"),
                              dict(add.get("partitionValues") or {})))
-    return out
+    return out, removes_rows
 
 
 class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -99,6 +105,7 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(options["max_rows"]) if options.get("max_rows") else None
         self.starting_version = int(options["starting_version"]) if options.get("starting_version") else None
         self.bins = max(1, int(options.get("bins", "4")))
+        self.skip_change_commits = options.get("skip_change_commits", "false") == "true"
         self._fs, self._path = _fs_for(self.uri)
         self._cache: dict[tuple[int, int], list[_File]] = {}
         self._table = None
@@ -136,7 +143,13 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                          for p, s, n, pv in zip(paths, sizes, nums, pvs)]
                 self._cache[key] = sorted(files, key=lambda f: f.path)
             else:
-                self._cache[key] = _commit_adds(self._fs, self._path, version)
+                adds, removes_rows = _commit_adds(self._fs, self._path, version)
+                if removes_rows and not self.skip_change_commits:
+                    raise RuntimeError(
+                        f"streaming source over {self.uri}: version {version} removes or rewrites rows "
+                        "(overwrite/merge), which a stream of appends cannot follow; restart the query with "
+                        "read_stream(..., skip_change_commits=True) to skip such commits")
+                self._cache[key] = [] if removes_rows else adds
         return self._cache[key]
 
     # -- offsets --
@@ -276,11 +289,12 @@ def register_source(spark: SparkSession) -> None:
 
 def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by: list[str], *,
                  max_files_per_trigger: int | None, max_rows_per_trigger: int | None,
-                 starting_version: int | None) -> DataFrame:
+                 starting_version: int | None, skip_change_commits: bool = False) -> DataFrame:
     """A streaming DataFrame over the table at ``uri`` (see the module docstring)."""
     register_source(spark)
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("uri", uri)
+              .option("skip_change_commits", "true" if skip_change_commits else "false")
               .option("schema", schema.json())
               .option("partition_by", json.dumps(partition_by))
               .option("bins", str(max(1, spark.sparkContext.defaultParallelism * 2))))
