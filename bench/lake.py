@@ -99,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--parts", type=int, default=8, help="distinct values of the partition column")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", default="local")
     ap.add_argument("--stream", action="store_true", help="also time the streaming source")
     ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
@@ -114,7 +114,13 @@ def main() -> None:
     df = source(spark, args.rows, args.parts)
     print(f"bench/lake.py: {args.rows:,} rows x {len(df.columns)} columns, partitioned by part ({args.parts} values), "
           f"target_file_rows={target:,}, {spark.sparkContext.defaultParallelism} cores, repeat={args.repeat}")
-    materialise(df)  # warm up the JVM and the code paths
+    materialise(df)  # warm up the JVM and the code paths, including both Parquet write paths
+    warm = Lake(str(work / "warm"), spark, backend="deltars", target_file_rows=target)
+    warm.create_table("w", df.schema, partition_by=["part"])
+    warm.append("w", df.limit(100_000))
+    df.limit(100_000).write.mode("overwrite").partitionBy("part").parquet(str(work / "warm_plain"))
+    materialise(warm.read("w"))
+    materialise(spark.read.parquet(str(work / "warm_plain")))
 
     results: dict[str, list[float]] = {"lake_write": [], "plain_write": [], "lake_read": [], "plain_read": []}
     lake = None

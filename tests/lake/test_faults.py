@@ -80,3 +80,31 @@ def test_two_concurrent_appends_both_land(spark, lake, events_table):
     assert sorted(r.version for r in results.values()) == [2, 3]
     ids = {r.id for r in lake.read(events_table).select("id").collect()}
     assert len(ids) == 250 and {1000, 1099, 2000, 2099} <= ids
+
+
+def test_same_txn_committed_concurrently_lands_once(spark, lake, events_table):
+    backend = lake._impl
+    original = backend._commit
+    barrier = threading.Barrier(2, timeout=180)
+
+    def commit_together(*args, **kwargs):
+        barrier.wait()  # both runs of the same job reach the commit with the txn not yet recorded
+        return original(*args, **kwargs)
+
+    backend._commit = commit_together
+    results: list[object] = []
+
+    def run() -> None:
+        results.append(lake.append(events_table, events(spark, 0, 100), txn=("retried-job", 1)))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    backend._commit = original
+    assert sorted(r.skipped for r in results) == [False, True]
+    assert lake.read(events_table).count() == 100
+    assert lake.version(events_table) == 1
+    # The losing run removed its staged files: nothing on disk outside the log.
+    assert _data_files_on_disk(lake, events_table) == {f.path for f in lake._impl.snapshot(events_table).files}

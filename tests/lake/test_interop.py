@@ -49,3 +49,18 @@ def test_deltalake_tables_read_by_embedded_backend(spark, tmp_path):
     lake.append("foreign", got.where("k < 3"))
     assert DeltaTable(str(root / "foreign")).to_pyarrow_table().num_rows == 14
     assert lake.read("foreign").count() == 14
+
+
+def test_tables_needing_unsupported_reader_features_are_refused(spark, tmp_path):
+    import pytest
+
+    from kraft_replay.lake import LakeError
+
+    frame = pd.DataFrame({"k": [1, 2, 3]})
+    write_deltalake(str(tmp_path / "dv"), frame, configuration={"delta.enableDeletionVectors": "true"})
+    assert "deletionVectors" in (DeltaTable(str(tmp_path / "dv")).protocol().reader_features or [])
+    lake = Lake(str(tmp_path), spark, backend="deltars")
+    with pytest.raises(LakeError) as exc:
+        lake.read("dv")
+    msg = str(exc.value)
+    assert "\n" not in msg and "deletionVectors" in msg and "delta-spark" in msg

@@ -480,6 +480,35 @@ def decode_to_arrow(
             if magic == 2 and 61 <= size <= end - pos and not attrs & 0x27 and count >= 0:
                 bend = pos + size
                 if crc(buf[pos + 21 : bend]) == stored:
+                    if count == 1:
+                        # one record of KRaft's usual shape (see _fast_records), parsed in line
+                        p = pos + 61
+                        ln = buf[p]
+                        vl = buf[p + 5] if p + 5 < bend else 0x80
+                        if (not ln & 0x81 and p + 1 + (ln >> 1) == bend and not buf[p + 1] and not buf[p + 2]
+                                and not buf[p + 3] & 0x81 and buf[p + 4] == 1 and not vl & 0x81
+                                and p + 6 + (vl >> 1) == bend - 1 and not buf[bend - 1]):
+                            value = buf[p + 6 : bend - 1]
+                            i = memo.get(value)
+                            nbatches += 1
+                            blast = base + ldelta
+                            if first is None or base < first:
+                                first = base
+                            if last is None or blast > last:
+                                last = blast
+                            if i is not None:
+                                r_off.append(base + (buf[p + 3] >> 1))
+                                r_idx.append(i)
+                                b_base.append(base)
+                                b_last.append(blast)
+                                b_epoch.append(epoch)
+                                b_time.append(maxts)
+                                b_pos.append(base_position + pos)
+                                b_rows.append(1)
+                            else:
+                                add_data(base, blast, epoch, maxts, base_position + pos, [(buf[p + 3] >> 1, value)])
+                            pos = bend
+                            continue
                     recs = _fast_records(buf, pos + 61, bend, count)
                     if recs is not None:
                         nbatches += 1

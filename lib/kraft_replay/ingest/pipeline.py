@@ -258,7 +258,8 @@ def run_ingest(
     """Ingest KRaft files (segments, snapshots, bootstrap.checkpoint, dump-log text) into the bronze tables."""
     t0 = time.time()
     run_id = uuid.uuid4().hex[:12]
-    ingested_at = datetime.now(timezone.utc).replace(microsecond=(datetime.now(timezone.utc).microsecond // 1000) * 1000)
+    now = datetime.now(timezone.utc)
+    ingested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)  # ms precision, one value per run
     files, skipped = discover(paths, cluster_id)
     total_bytes = sum(f.size for f in files)
     say(f"ingest {run_id}: {len(files)} file(s), {total_bytes / 1e6:.1f} MB; checksumming")
@@ -280,7 +281,6 @@ def run_ingest(
         summary.rows = {t: 0 for t in (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE, INGEST_FILES)}
         say(f"ingest {run_id}: nothing new to ingest")
         return summary
-
 
     tasks, walks = plan_tasks(todo, split_bytes)
     summary.bytes = sum(f.size for f in todo)
@@ -329,7 +329,14 @@ def run_ingest(
                 log_df = log_df.join(existing, ["cluster_id", "offset"], "left_anti")
 
         t1 = time.time()
-        res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id, 1)))
+        # Rows of a task arrive ordered by offset, so each task touches one or two offset buckets:
+        # let the partitioned write keep a writer per bucket open instead of sorting every row.
+        previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
+        spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
+        try:
+            res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id, 1)))
+        finally:
+            spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
         summary.rows[METADATA_LOG] = 0 if res.skipped else int(res.rows)
         if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
             tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count()

@@ -47,6 +47,8 @@ from kraft_replay.lake.errors import (
 from kraft_replay.lake.schema import conform, same_schema, to_delta_schema, to_spark_schema
 
 COMMIT_RETRIES = 20
+# Reader features whose tables still read correctly as plain Parquet files plus partition values.
+_READER_FEATURES = {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
 _OP_RETRIES = 5  # whole-operation retries for overwrite/merge/compact when files changed underneath
 
 
@@ -209,6 +211,7 @@ class DeltaRsBackend:
     def snapshot(self, name: str, version: int | None = None, timestamp: Any = None) -> Snapshot:
         """Resolve ``name`` at the latest version, a version number or a timestamp."""
         dt = self._open(name, version, timestamp)
+        self._check_readable(name, dt)
         schema = to_spark_schema(dt.schema())
         parts = list(dt.metadata().partition_columns)
         actions = pa.table(dt.get_add_actions(flatten=False))
@@ -222,6 +225,16 @@ class DeltaRsBackend:
             values = {c: _partition_string((pv or {}).get(c)) for c in parts}
             files.append(FileEntry(unquote(p), int(s), None if n is None else int(n), values))
         return Snapshot(name, dt.version(), schema, parts, files, dt)
+
+    def _check_readable(self, name: str, dt: DeltaTable) -> None:
+        """Refuse tables whose protocol needs reader features this backend does not implement
+        (deletion vectors, column mapping, ...): reading their Parquet files directly would be wrong."""
+        proto = dt.protocol()
+        unsupported = sorted(set(proto.reader_features or []) - _READER_FEATURES)
+        if proto.min_reader_version > 3 or unsupported:
+            what = ", ".join(unsupported) or f"reader version {proto.min_reader_version}"
+            raise LakeError(f"table {name!r} at {self.location(name).uri} needs Delta reader features "
+                            f"the embedded backend does not support ({what}); use --backend delta-spark")
 
     def schema(self, name: str) -> StructType:
         return to_spark_schema(self._open(name).schema())
@@ -319,9 +332,16 @@ class DeltaRsBackend:
             max_commit_retries=COMMIT_RETRIES,
             app_transactions=[Transaction(txn[0], int(txn[1]))] if txn else None,
         )
-        snap.table.create_write_transaction(actions, "append", snap.table.schema(),
-                                            partition_by=snap.partition_by or None,
-                                            commit_properties=props)
+        try:
+            snap.table.create_write_transaction(actions, "append", snap.table.schema(),
+                                                partition_by=snap.partition_by or None,
+                                                commit_properties=props)
+        except CommitFailedError:
+            raise
+        except (DeltaError, OSError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LakeError(f"table {name!r} at {self.location(name).uri}: commit failed ({first}); "
+                            "nothing was committed, rerun the job") from None
         # The commit may have landed after concurrent ones: find its version by its id, reading
         # the commit files after the snapshot it was based on.
         loc = self.location(name)
@@ -590,6 +610,10 @@ class DeltaRsBackend:
         removes = [RemoveAction(f.path, False, now, f.size, f.partition_values) for f in victims]
         try:
             version = self._commit(name, snap, [a for a, _ in adds] + removes, None, "OPTIMIZE")
+        except CommitFailedError as exc:
+            _files.delete_staging(loc, staging)
+            raise CommitConflictError(f"table {name!r}: compaction conflicted with a concurrent writer "
+                                      f"({str(exc).splitlines()[0]}); nothing changed, run compact again") from None
         except BaseException:
             _files.delete_staging(loc, staging)
             raise

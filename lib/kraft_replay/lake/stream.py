@@ -12,8 +12,9 @@ of version ``v`` has been read (``s`` is the snapshot version the query started 
 Shape, chosen for speed: offsets and file lists are planned on the driver from the Delta log;
 each Spark partition gets a *bin of whole files* (bins balanced by bytes, about two per core) and
 reads them with pyarrow's Parquet reader, yielding 64k-row ``pyarrow.RecordBatch``es that Spark
-takes over without per-row conversion. No Python code touches individual rows. (One partition per
-file with tuples per row - the shape to avoid - was ~10x slower.)
+takes over without per-row conversion. No Python code touches individual rows. Measured with
+``bench/lake.py --stream`` (10M rows x 8 columns, 16 files, 2 shared cores): 8.8 s this way against
+65.8 s for one partition per file yielding Python tuples row by row (a batch read takes ~1.9 s).
 
 Sink rule: ``foreachBatch`` appends each micro-batch with the Delta ``txn`` action
 ``(app_id, batch_id)``; ``app_id`` is derived from the streaming query id stored in the checkpoint,
