@@ -31,3 +31,17 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert out.returncode == 2
     err = [line for line in out.stderr.splitlines() if line.strip()]
     assert err == [f"kraft-replay ingest: error: {tmp_path / 'nope'}: no such file or directory; check the path"]
+
+
+def test_job_entry_point_takes_the_same_arguments(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ingest_job", ROOT / "jobs" / "ingest.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)  # type: ignore[union-attr]
+    assert job.to_cli_argv(["a", "--profile", "test", "--lake", "L", "--backend=deltars", "--strict"]) == [
+        "--profile", "test", "--backend=deltars", "ingest", "a", "--lake", "L", "--strict"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "ingest.py"), str(tmp_path / "missing"), "--lake",
+                          str(tmp_path / "lake"), "--profile", "test"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and "no such file or directory" in out.stderr

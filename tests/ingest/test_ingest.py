@@ -189,3 +189,19 @@ def test_dump_text_goes_through_the_text_parser(spark, lake, real_kraft_dir: Pat
     assert log.where(F.col("partition").isNotNull()).count() == 3
     files = lake.read("ingest_files").collect()
     assert len(files) == 1 and files[0]["file_kind"] == "dump_text" and files[0]["records"] == log.count()
+
+
+def test_overlapping_nodes_in_one_run(spark, lake, tmp_path: Path, real_kraft_dir: Path) -> None:
+    data = (real_kraft_dir / "hiage__kafka-raft__kafka1__00000000000000000000.log").read_bytes()
+    for node, blob in (("n1", data), ("n2", data[:150_000]), ("n3", data)):
+        part = tmp_path / "cluster" / node / "__cluster_metadata-0"
+        part.mkdir(parents=True)
+        (part / "00000000000000000000.log").write_bytes(blob)
+        (part.parent / "meta.properties").write_text("cluster.id=shared\n")
+    s = run_ingest(spark, lake, [str(tmp_path / "cluster")], say=_quiet)
+    # n3 has the same bytes as n1: skipped by checksum; n2 overlaps n1 and ends in a truncated batch
+    assert len(s.files) == 2 and any("same content as" in why for _, why in s.skipped)
+    assert s.quarantined == 1
+    log = lake.read("metadata_log")
+    assert log.count() == 2981 == log.select("offset").distinct().count()
+    assert lake.read("metadata_control").count() == 1

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from conftest import EVENTS, events
+from lake_helpers import EVENTS, events
 from kraft_replay.lake import (
     CorruptTableError,
     InvalidArgumentError,
@@ -128,3 +128,14 @@ def test_time_travel_out_of_range(spark, lake, events_table):
     with pytest.raises(LakeError) as exc:
         lake.read(events_table, timestamp="1999-01-01T00:00:00Z")
     one_line(exc)
+
+
+def test_lake_root_that_is_a_file_or_bad_uri(spark, tmp_path):
+    blocker = tmp_path / "plain_file"
+    blocker.write_text("x")
+    with pytest.raises(LakeError) as exc:
+        Lake(str(blocker), spark, backend="deltars").tables()
+    assert str(blocker) in one_line(exc)
+    with pytest.raises(InvalidArgumentError) as exc:
+        Lake("nosuchscheme://bucket/lake", spark, backend="deltars")
+    assert "nosuchscheme://bucket/lake" in one_line(exc)

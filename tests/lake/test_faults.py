@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import ROOT, events, run_job
+from lake_helpers import ROOT, events, run_job
 
 
 def _data_files_on_disk(lake, name: str) -> set[str]:

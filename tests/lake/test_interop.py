@@ -9,7 +9,7 @@ import pyarrow as pa
 from chispa import assert_df_equality
 from deltalake import DeltaTable, write_deltalake
 
-from conftest import EVENTS, events
+from lake_helpers import EVENTS, events
 from kraft_replay.lake import Lake
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from chispa import assert_df_equality
 
-from conftest import ROOT, events, run_job
+from lake_helpers import ROOT, events, run_job
 
 
 def _wait_for(path: Path, proc, timeout: float = 240.0) -> None:

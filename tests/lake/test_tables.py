@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from conftest import EVENTS, events
+from lake_helpers import EVENTS, events
 from kraft_replay.lake import Lake
 
 

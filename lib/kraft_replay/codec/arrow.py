@@ -31,7 +31,6 @@ import pyarrow as pa
 
 from kraft_replay.codec.arrow_payload import CONTROL_FIELDS, PAYLOAD_FIELDS, build_payload_columns, build_struct_array
 from kraft_replay.codec.batch import HEADER_SIZE, Corruption, iter_batches
-from kraft_replay.codec.crc import crc32c  # noqa: F401 - the rule's home; the hot loop calls the C function directly
 from kraft_replay.codec.control import CONTROL_TYPES, ControlDecodeError, ControlRecord, decode_control_record
 from kraft_replay.codec.files import FileKind
 from kraft_replay.codec.jsonfmt import to_dump_json
@@ -472,7 +471,7 @@ def decode_to_arrow(
     end = len(buf)
     pos = 0
     unpack = _HDR.unpack_from
-    crc = google_crc32c.value
+    crc = google_crc32c.value  # CRC-32C of facts §1.2 (kraft_replay.codec.crc), called directly in the hot loop
     while pos < end:
         if end - pos >= HEADER_SIZE:
             (base, blen, epoch, magic, stored, attrs, ldelta, _bts, maxts, _pid, _pep, _bseq, count) = unpack(buf, pos)

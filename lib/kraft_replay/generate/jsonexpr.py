@@ -51,7 +51,9 @@ def _value_json(f: FieldSpec, version: int, col: Column) -> Column:
             return F.concat(F.lit("["), F.array_join(inner, ","), F.lit("]"))
         return struct_json(f.fields, version, col)
     if f.is_array:
-        if f.element_type in _INTS or f.element_type in ("string", "uuid"):
+        if f.element_type in _INTS:
+            return F.concat(F.lit("["), F.array_join(col.cast("array<string>"), ","), F.lit("]"))
+        if f.element_type in ("string", "uuid"):
             return F.to_json(col)
         inner = F.transform(col, lambda e: _scalar_json(f.element_type, e))
         return F.concat(F.lit("["), F.array_join(inner, ","), F.lit("]"))
@@ -73,11 +75,16 @@ def _differs_from_default(f: FieldSpec, version: int, col: Column) -> Column:
     raise ValueError(f"field {f.name}: no default comparison for {dv!r}")
 
 
-def struct_json(fields: tuple[FieldSpec, ...], version: int, col: Column) -> Column:
-    """JSON object text of one struct value (the record body or a nested struct) at ``version``."""
+def struct_json(fields: tuple[FieldSpec, ...], version: int, col: Column,
+                always_default: frozenset[str] = frozenset()) -> Column:
+    """JSON object text of one struct value (the record body or a nested struct) at ``version``.
+
+    ``always_default`` names tagged fields the caller knows hold their default in every row; they
+    would never print, so no expression is built for them.
+    """
     pieces: list[Column] = []
     for f in fields:
-        if not f.present_in(version):
+        if not f.present_in(version) or (f.snake in always_default and f.tagged_in(version)):
             continue
         sub = col.getField(f.snake)
         head = F.lit(f'"{f.json_name}":')
@@ -90,20 +97,22 @@ def struct_json(fields: tuple[FieldSpec, ...], version: int, col: Column) -> Col
     return F.concat(F.lit("{"), F.concat_ws(",", *pieces), F.lit("}"))
 
 
-def record_json(api_key: int, version: int) -> Column:
+def record_json(api_key: int, version: int, always_default: frozenset[str] = frozenset()) -> Column:
     """``payload_json`` of one record type and version, reading its payload struct column."""
     rt = RECORD_TYPES[api_key]
     head = f'{{"type":"{rt.tool_name}","version":{version},"data":'
     if not rt.has_body:
         return F.lit(head + "{}}")
-    body = struct_json(rt.schema.fields, version, F.col(rt.column))
+    body = struct_json(rt.schema.fields, version, F.col(rt.column), always_default)
     return F.concat(F.lit(head), body, F.lit("}"))
 
 
-def payload_json_column(combos: set[tuple[int, int]], api_key: str = "api_key", version: str = "record_version") -> Column:
+def payload_json_column(combos: set[tuple[int, int]], api_key: str = "api_key", version: str = "record_version",
+                        always_default: dict[int, frozenset[str]] | None = None) -> Column:
     """``payload_json`` for rows whose (api key, version) is one of ``combos`` (null for any other)."""
     expr: Column | None = None
     for k, v in sorted(combos):
         cond = (F.col(api_key) == k) & (F.col(version) == v)
-        expr = F.when(cond, record_json(k, v)) if expr is None else expr.when(cond, record_json(k, v))
+        js = record_json(k, v, (always_default or {}).get(k, frozenset()))
+        expr = F.when(cond, js) if expr is None else expr.when(cond, js)
     return expr if expr is not None else F.lit(None).cast("string")

@@ -89,13 +89,17 @@ def structural_log(spark: SparkSession, plan: Plan) -> DataFrame:
     return _finish_log(df, plan, combos)
 
 
-def _finish_log(df: DataFrame, plan: Plan, combos: set[tuple[int, int]]) -> DataFrame:
-    names = F.create_map(*[x for k, rt in sorted(RECORD_TYPES.items()) for x in (F.lit(k), F.lit(rt.tool_name))])
+def _finish_log(df: DataFrame, plan: Plan, combos: set[tuple[int, int]],
+                always_default: dict[int, frozenset[str]] | None = None) -> DataFrame:
+    names: Column | None = None
+    for k in sorted({k for k, _ in combos}):
+        name = F.lit(RECORD_TYPES[k].tool_name)
+        names = F.when(F.col("api_key") == k, name) if names is None else names.when(F.col("api_key") == k, name)
     out = (
         df.withColumn("cluster_id", F.lit(plan.scenario.cluster_id))
         .withColumn("offset_bucket", F.floor(F.col("offset") / OFFSET_BUCKET_SIZE).cast("long"))
-        .withColumn("record_type", names[F.col("api_key")])
-        .withColumn("payload_json", payload_json_column(combos))
+        .withColumn("record_type", names if names is not None else F.lit(None).cast("string"))
+        .withColumn("payload_json", payload_json_column(combos, always_default=always_default))
         .withColumn("source_file", F.lit(source_file_name(plan)))
         .withColumn("source_position", F.col("batch_base_offset"))
     )
@@ -157,6 +161,14 @@ def segments_frame(spark: SparkSession, plan: Plan) -> DataFrame:
     return spark.createDataFrame(rdd, schema)
 
 
+def topic_id_expr(seed: int, index: Column) -> Column:
+    """Spark form of ``plan.uuid_for(seed, "topic", index)``: URL-safe base64 of the first 16 bytes of
+    SHA-256("seed|topic|index"), unpadded (computed per row: a literal table of ids would defeat codegen)."""
+    digest = F.sha2(F.concat_ws("|", F.lit(str(seed)), F.lit("topic"), index.cast("string")), 256)
+    b64 = F.base64(F.unhex(F.substring(digest, 1, 32)))
+    return F.substring(F.translate(b64, "+/", "-_"), 1, 22)
+
+
 def _lit_array(values: list[Any], typ: str) -> Column:
     return F.array(*[F.lit(v) for v in values]).cast(f"array<{typ}>")
 
@@ -170,7 +182,6 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
     part_all = _lit_array(lay.partial_all[:CYCLE], "long")
     part_churn = _lit_array(lay.partial_churn[:CYCLE], "long")
     sum_all, sum_churn = lay.partial_all[CYCLE], lay.partial_churn[CYCLE]
-    topic_ids = _lit_array(plan.topic_ids, "string")
     brokers = _lit_array(sc.broker_ids, "int")
     nb, rf, ppt, P = len(sc.broker_ids), sc.topics.replication_factor, sc.topics.partitions, lay.partitions
 
@@ -203,9 +214,8 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
         recs.withColumn("offset", F.col("batch_base_offset") + F.col("i"))
         .withColumn("k", k)
         .withColumn("n", F.floor(r / F.lit(P)).cast("long"))
-        .withColumn("replicas", F.transform(F.sequence(F.lit(0), F.lit(rf - 1)),
-                                            lambda x: F.get(brokers, ((F.col("k") + x) % nb).cast("int"))))
-        .withColumn("live", F.filter(F.col("replicas"), lambda x: ~F.array_contains(F.col("down"), x)))
+        .withColumn("replicas", F.array(*[F.get(brokers, ((F.col("k") + i) % nb).cast("int")) for i in range(rf)]))
+        .withColumn("live", F.array_except(F.col("replicas"), F.col("down")))
         .withColumn("shrink", ((F.col("n") % 2) == 0) & (F.size(F.col("live")) >= 2))
         .withColumn("record_version", F.when(F.col("is_noop"), F.lit(0))
                     .when(F.col("mv_level") <= 16, F.lit(0)).when(F.col("mv_level") <= 22, F.lit(1)).otherwise(F.lit(2)))
@@ -216,7 +226,7 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
     null_ints = F.lit(None).cast("array<int>")
     pc = F.struct(
         (F.col("k") % ppt).cast("int").alias("partition_id"),
-        F.get(topic_ids, F.floor(F.col("k") / ppt).cast("int")).alias("topic_id"),
+        topic_id_expr(sc.seed, F.floor(F.col("k") / ppt).cast("long")).alias("topic_id"),
         isr.alias("isr"),
         leader.cast("int").alias("leader"),
         null_ints.alias("replicas"),
@@ -237,7 +247,9 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
         F.when(~F.col("is_noop"), pc.cast(pc_type)).alias("partition_change"),
     )
     combos = {(NOOP, 0)} | {(PARTITION_CHANGE, v) for v in (0, 1, 2)}
-    return _finish_log(out, plan, combos)
+    fixed = frozenset({"replicas", "removing_replicas", "adding_replicas", "leader_recovery_state", "directories",
+                       "eligible_leader_replicas", "last_known_elr"})
+    return _finish_log(out, plan, combos, {PARTITION_CHANGE: fixed})
 
 
 def metadata_log(spark: SparkSession, plan: Plan) -> DataFrame:

@@ -46,7 +46,7 @@ from kraft_replay.codec.arrow import (
 )
 from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.errors import IngestError
-from kraft_replay.ingest.plan import DEFAULT_SPLIT_BYTES, Task, plan_tasks, sha256_of
+from kraft_replay.ingest.plan import DEFAULT_SPLIT_BYTES, plan_tasks, sha256_of
 from kraft_replay.ingest.sources import InputFile, discover
 from kraft_replay.ingest.tables import (
     INGEST_FILES,
@@ -267,13 +267,17 @@ def run_ingest(
 
     ensure_bronze_tables(lake)
     seen = {(r["cluster_id"], r["sha256"]) for r in lake.read(INGEST_FILES).select("cluster_id", "sha256").collect()}
+    in_run: dict[tuple[str, str], str] = {}
     todo: list[InputFile] = []
     for f in files:
         key = (f.cluster_id, sums[f.path])
         if key in seen:
             skipped.append((f.path, f"already ingested (same sha256 {key[1][:12]}… for cluster {f.cluster_id})"))
             continue
-        seen.add(key)
+        if key in in_run:
+            skipped.append((f.path, f"same content as {in_run[key]} (sha256 {key[1][:12]}…), ingested once"))
+            continue
+        in_run[key] = f.path
         todo.append(f)
     summary = IngestSummary(run_id, skipped=skipped)
     if not todo:

@@ -15,7 +15,6 @@ Rules:
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 from dataclasses import dataclass
 
@@ -159,7 +158,3 @@ def plan_tasks(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -
             tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch))
     return tasks, walks
 
-
-def local_path(path: str) -> str:
-    """``file://`` URIs as plain paths (for messages); others unchanged."""
-    return path[len("file://"):] if path.startswith("file://") else os.fspath(path)

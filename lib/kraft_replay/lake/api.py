@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from kraft_replay.lake.backend import LakeBackend
+from kraft_replay.lake.backend import LakeBackend, make_backend
 from kraft_replay.lake.deltars import CommitResult
 from kraft_replay.lake.errors import InvalidArgumentError
 
@@ -29,6 +29,7 @@ class TableInfo:
 
 
 def _valid_name(name: str) -> str:
+    """Table names are ASCII identifiers (they become directory names and SQL view names)."""
     if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
         raise InvalidArgumentError(f"bad table name {name!r}: use letters, digits and underscores, not starting with a digit")
     return name
@@ -43,8 +44,6 @@ class Lake:
 
     def __init__(self, root: str, spark: SparkSession, backend: Backend = "auto",
                  target_file_rows: int = 2_000_000, storage_options: dict[str, str] | None = None) -> None:
-        from kraft_replay.lake.backend import make_backend  # noqa: PLC0415
-
         if not root:
             raise InvalidArgumentError("lake root is empty; pass --lake DIR")
         if target_file_rows < 1:

@@ -11,6 +11,10 @@ list; Spark reads exactly those files with the table schema. Partition columns c
 Spark's partition discovery from the ``col=value`` directories (so Spark prunes files on filters
 over partition columns natively); files written by other writers in another layout are read per
 partition with the values from the log's add actions.
+
+Session settings the backend sets: ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS``
+(INT64 timestamps every Delta reader understands, not Spark's legacy INT96) and, for a local lake
+root, a high ``spark.sql.sources.parallelPartitionDiscovery.threshold`` (see ``__init__``).
 """
 
 from __future__ import annotations
@@ -126,6 +130,11 @@ class DeltaRsBackend:
         self.storage_options = storage_options
         # Write timestamps as INT64 micros (not Spark's legacy INT96) so every Delta reader agrees.
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        if isinstance(self.root.fs, pafs.LocalFileSystem):
+            # Reads pass Spark the exact file list from the log; on a local disk checking those
+            # paths on the driver takes milliseconds, while Spark's default (a distributed listing
+            # job once there are more than 32 paths) costs a second or more per read.
+            spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
 
     # ---- locations and snapshots -------------------------------------------------------------
 
@@ -136,7 +145,12 @@ class DeltaRsBackend:
         """Names of every directory under the root that holds a ``_delta_log``."""
         sel = pafs.FileSelector(self.root.fs_path, recursive=False, allow_not_found=True)
         names = []
-        for info in self.root.fs.get_file_info(sel):
+        try:
+            infos = self.root.fs.get_file_info(sel)
+        except OSError as exc:
+            raise LakeError(f"lake root {self.root.uri} cannot be listed ({exc.strerror or exc}); "
+                            "pass a lake directory with --lake") from None
+        for info in infos:
             if info.type == pafs.FileType.Directory and not info.base_name.startswith((".", "_")):
                 log = self.root.fs.get_file_info(f"{info.path}/_delta_log")
                 if log.type == pafs.FileType.Directory:

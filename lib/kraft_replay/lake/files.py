@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
@@ -60,7 +61,13 @@ class Location:
         if "://" not in uri:
             path = os.path.abspath(uri)
             return Location(path, "file://" + path, pafs.LocalFileSystem(), path)
-        fs, fs_path = pafs.FileSystem.from_uri(uri)
+        try:
+            fs, fs_path = pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+            from kraft_replay.lake.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"lake location {uri!r} is not a supported URI ({exc}); use a local "
+                                       "directory or an s3://, gs://, abfss:// or file:// URI") from None
         scheme = uri.split("://", 1)[0]
         # Hadoop names the S3 connector s3a; delta-rs and pyarrow say s3.
         spark_path = "s3a://" + uri.split("://", 1)[1] if scheme == "s3" else uri

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import events
+from lake_helpers import events
 from kraft_replay.lake import Lake
 from kraft_replay.spark import get_spark
 
