@@ -215,3 +215,14 @@ def test_message_json_and_bad_values() -> None:
         message_json(lc, 2, {})
     with pytest.raises(ValueError, match="TOPIC_RECORD v0: cannot render JSON"):
         to_dump_json(MetadataRecord(2, 0, {"name": 5, "topic_id": TOPIC}))
+
+
+def test_deeply_nested_json_is_a_dump_json_error() -> None:
+    """Hostile nesting must surface as DumpJsonError, not RecursionError."""
+    import pytest as _pytest
+
+    from kraft_replay.codec.jsonfmt import DumpJsonError, from_dump_json
+
+    deep = '{"type":"TOPIC_RECORD","version":0,"data":' + "[" * 200_000 + "]" * 200_000 + "}"
+    with _pytest.raises(DumpJsonError):
+        from_dump_json(deep)

@@ -36,6 +36,8 @@ from kraft_replay.codec.records import uuid_to_bytes as uuid_to_bytes
 # jsonfmt: the dump tool's payload JSON
 from kraft_replay.codec.jsonfmt import DumpJsonError as DumpJsonError
 from kraft_replay.codec.jsonfmt import from_dump_json as from_dump_json
+from kraft_replay.codec.jsonfmt import message_from_json as message_from_json
+from kraft_replay.codec.jsonfmt import message_json as message_json
 from kraft_replay.codec.jsonfmt import to_dump_json as to_dump_json
 
 # arrow_payload: payload / control struct columns

@@ -26,7 +26,15 @@ from typing import Any
 from kraft_replay.codec.records import MetadataRecord, uuid_to_bytes
 from kraft_replay.codec.schema import RECORD_TYPES, RECORD_TYPES_BY_TOOL_NAME, FieldSpec, MessageSchema
 
-__all__ = ["DumpJsonError", "from_dump_json", "java_double", "json_string", "message_json", "to_dump_json"]
+__all__ = [
+    "DumpJsonError",
+    "from_dump_json",
+    "java_double",
+    "json_string",
+    "message_from_json",
+    "message_json",
+    "to_dump_json",
+]
 
 
 class DumpJsonError(ValueError):
@@ -305,8 +313,8 @@ def from_dump_json(text: str) -> MetadataRecord:
     """Parse one dump-log ``payload:`` JSON into a record (inverse of :func:`to_dump_json`)."""
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise DumpJsonError(f"payload is not JSON: {exc}") from None
+    except (json.JSONDecodeError, TypeError, RecursionError) as exc:
+        raise DumpJsonError(f"payload is not JSON: {type(exc).__name__}: {exc}") from None
     if not isinstance(doc, dict) or not {"type", "version"} <= doc.keys():
         raise DumpJsonError('payload JSON needs "type", "version" and "data"')
     rt = RECORD_TYPES_BY_TOOL_NAME.get(doc["type"])
@@ -315,5 +323,19 @@ def from_dump_json(text: str) -> MetadataRecord:
     version = doc["version"]
     if isinstance(version, bool) or not isinstance(version, int) or not rt.schema.is_valid_version(version):
         raise DumpJsonError(f"{rt.tool_name} has no version {version!r} (valid: {rt.valid_versions})")
-    data = _from_struct(rt.schema.fields, version, doc.get("data", {}), rt.tool_name)
+    data = message_from_json(rt.schema, version, doc.get("data", {}), where=rt.tool_name)
     return MetadataRecord(rt.api_key, version, data)
+
+
+def message_from_json(schema: MessageSchema, version: int, obj: Any, *, where: str | None = None) -> dict[str, Any]:
+    """The ``data`` dict of any message body (e.g. a control-record value) from its JSON object.
+
+    Inverse of :func:`message_json`: camelCase keys, absent fields take their defaults.
+    Raises :class:`DumpJsonError` for anything that does not fit the schema.
+    """
+    if not schema.is_valid_version(version):
+        raise DumpJsonError(f"{schema.name} has no version {version} (valid: {schema.valid_versions})")
+    try:
+        return _from_struct(schema.fields, version, obj, where or schema.name)
+    except RecursionError:
+        raise DumpJsonError(f"{where or schema.name}: JSON nested too deeply") from None

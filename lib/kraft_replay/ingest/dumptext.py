@@ -90,7 +90,7 @@ from kraft_replay.codec.control import (
 )
 from kraft_replay.codec.files import FileKind, classify
 from kraft_replay.codec.jsonfmt import DumpJsonError, from_dump_json, to_dump_json
-from kraft_replay.codec.jsonfmt import _from_struct as _message_from_json  # no public name yet
+from kraft_replay.codec.jsonfmt import message_from_json
 from kraft_replay.codec.records import MetadataRecord, RecordDecodeError, decode_record_value
 from kraft_replay.codec.schema import RECORD_TYPES, RECORD_TYPES_BY_TOOL_NAME
 
@@ -805,7 +805,7 @@ def control_from_dump_json(control_type: str, text: str) -> ControlRecord:
     except (json.JSONDecodeError, RecursionError) as exc:
         raise DumpJsonError(f"{control_type} JSON is not valid: {exc}") from None
     schema = CONTROL_TYPES[type_id].schema
-    data = _message_from_json(schema.fields, CONTROL_VALUE_VERSION, doc, control_type)
+    data = message_from_json(schema, CONTROL_VALUE_VERSION, doc, where=control_type)
     return ControlRecord(type_id, 0, data)
 
 
