@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 from lake_helpers import EVENTS, events
 from kraft_replay.lake import (
@@ -106,6 +107,7 @@ def test_bad_arguments(spark, lake, events_table):
     cases = [
         lambda: lake.create_table("bad-name", EVENTS),
         lambda: lake.create_table("t2", EVENTS, partition_by=["nope"]),
+        lambda: lake.create_table("t3", StructType([StructField("kr_write", LongType())])),
         lambda: lake.append(events_table, events(spark, 0, 1), txn=("", 1)),
         lambda: lake.append(events_table, events(spark, 0, 1), txn=("app", -1)),
         lambda: lake.overwrite(events_table, events(spark, 0, 1), replace_where="id > 3"),

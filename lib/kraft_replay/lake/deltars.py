@@ -272,6 +272,9 @@ class DeltaRsBackend:
 
     def create_table(self, name: str, schema: StructType, partition_by: list[str]) -> bool:
         """Create the table if missing; an existing table must have the same schema and partitioning."""
+        if _files.STAGING_COLUMN in schema.fieldNames():
+            raise InvalidArgumentError(f"table {name!r}: column name {_files.STAGING_COLUMN!r} is reserved by the "
+                                       "embedded lake backend; rename the column")
         missing = [c for c in partition_by if c not in schema.fieldNames()]
         if missing:
             raise InvalidArgumentError(f"table {name!r}: partition column {missing[0]!r} is not in the schema")
