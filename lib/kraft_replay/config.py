@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, field_validator
 
 # conf/ sits at the project root, two levels above lib/kraft_replay/.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +26,14 @@ class SparkProfile(BaseModel):
     shuffle_partitions: int = Field(4, ge=1)
     ui: bool = False
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _stringify(cls, value: object) -> object:
+        """Spark settings are strings; YAML numbers and booleans are accepted and written as Spark spells them."""
+        if isinstance(value, dict):
+            return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+        return value
 
     @field_validator("conf", mode="before")
     @classmethod
