@@ -51,10 +51,14 @@ PAYLOAD_COLUMNS = [f.name for f in PAYLOAD_FIELDS]
 
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """Select exactly ``schema``'s columns, in order, cast to its types (missing payload columns as null)."""
+    have = {f.name: f.dataType for f in df.schema.fields}
     cols = []
     for f in schema.fields:
-        src = F.col(f.name) if f.name in df.columns else F.lit(None)
-        cols.append(src.cast(f.dataType).alias(f.name))
+        if f.name in have and have[f.name].simpleString() == f.dataType.simpleString():
+            cols.append(F.col(f.name))           # same type up to nullability: no cast (keeps pruning possible)
+        else:
+            src = F.col(f.name) if f.name in have else F.lit(None)
+            cols.append(src.cast(f.dataType).alias(f.name))
     return df.select(*cols)
 
 
@@ -161,14 +165,6 @@ def segments_frame(spark: SparkSession, plan: Plan) -> DataFrame:
     return spark.createDataFrame(rdd, schema)
 
 
-def topic_id_expr(seed: int, index: Column) -> Column:
-    """Spark form of ``plan.uuid_for(seed, "topic", index)``: URL-safe base64 of the first 16 bytes of
-    SHA-256("seed|topic|index"), unpadded (computed per row: a literal table of ids would defeat codegen)."""
-    digest = F.sha2(F.concat_ws("|", F.lit(str(seed)), F.lit("topic"), index.cast("string")), 256)
-    b64 = F.base64(F.unhex(F.substring(digest, 1, 32)))
-    return F.substring(F.translate(b64, "+/", "-_"), 1, 22)
-
-
 def _lit_array(values: list[Any], typ: str) -> Column:
     return F.array(*[F.lit(v) for v in values]).cast(f"array<{typ}>")
 
@@ -183,6 +179,7 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
     part_churn = _lit_array(lay.partial_churn[:CYCLE], "long")
     sum_all, sum_churn = lay.partial_all[CYCLE], lay.partial_churn[CYCLE]
     brokers = _lit_array(sc.broker_ids, "int")
+    topic_ids = _lit_array(plan.topic_ids, "string")
     nb, rf, ppt, P = len(sc.broker_ids), sc.topics.replication_factor, sc.topics.partitions, lay.partitions
 
     def prefix(j: Column, churn: bool) -> Column:
@@ -215,7 +212,10 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
         .withColumn("k", k)
         .withColumn("n", F.floor(r / F.lit(P)).cast("long"))
         .withColumn("replicas", F.array(*[F.get(brokers, ((F.col("k") + i) % nb).cast("int")) for i in range(rf)]))
-        .withColumn("live", F.array_except(F.col("replicas"), F.col("down")))
+        # replicas minus the down brokers, in replica order (cheaper than array_except's hash set)
+        .withColumn("live", F.array_compact(F.array(*[
+            F.when(~F.array_contains(F.col("down"), F.get(F.col("replicas"), i)), F.get(F.col("replicas"), i))
+            for i in range(rf)])))
         .withColumn("shrink", ((F.col("n") % 2) == 0) & (F.size(F.col("live")) >= 2))
         .withColumn("record_version", F.when(F.col("is_noop"), F.lit(0))
                     .when(F.col("mv_level") <= 16, F.lit(0)).when(F.col("mv_level") <= 22, F.lit(1)).otherwise(F.lit(2)))
@@ -224,9 +224,10 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
     leader = F.when(F.col("shrink") & (F.col("mv_level") < NO_EPOCH_BUMP_ON_SHRINK_LEVEL),
                     F.coalesce(F.get(F.col("live"), 0), F.lit(-1))).otherwise(F.lit(-2))
     null_ints = F.lit(None).cast("array<int>")
+    # built with the payload struct's exact field types (a cast would hide the fields from column pruning)
     pc = F.struct(
         (F.col("k") % ppt).cast("int").alias("partition_id"),
-        topic_id_expr(sc.seed, F.floor(F.col("k") / ppt).cast("long")).alias("topic_id"),
+        F.get(topic_ids, F.floor(F.col("k") / ppt).cast("int")).alias("topic_id"),
         isr.alias("isr"),
         leader.cast("int").alias("leader"),
         null_ints.alias("replicas"),
@@ -237,14 +238,13 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
         null_ints.alias("eligible_leader_replicas"),
         null_ints.alias("last_known_elr"),
     )
-    pc_type = LOG_TYPE["partition_change"].dataType
     out = recs.select(
         "offset", "batch_base_offset", "batch_last_offset",
         F.col("raft_epoch").alias("batch_leader_epoch"),
         F.timestamp_millis(F.col("time_ms")).alias("append_time"),
         F.when(F.col("is_noop"), F.lit(NOOP)).otherwise(F.lit(PARTITION_CHANGE)).alias("api_key"),
         "record_version",
-        F.when(~F.col("is_noop"), pc.cast(pc_type)).alias("partition_change"),
+        F.when(~F.col("is_noop"), pc).alias("partition_change"),
     )
     combos = {(NOOP, 0)} | {(PARTITION_CHANGE, v) for v in (0, 1, 2)}
     fixed = frozenset({"replicas", "removing_replicas", "adding_replicas", "leader_recovery_state", "directories",
