@@ -79,3 +79,15 @@ def test_overlapping_events_on_one_broker_are_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, _set(["events", "network_partitions"], [{"broker": 2, "at_s": 62, "duration_s": 20}]))
     with pytest.raises(ScenarioError, match=r"key 'events.network_partitions.0': broker 2 is already busy"):
         build_plan(load_scenario(str(path)))
+
+
+def test_cli_reports_a_bad_scenario_in_one_line(tmp_path: Path, capsys) -> None:
+    from kraft_replay.serve.cli import main
+
+    path = _write(tmp_path, _set(["topics", "partitions"], -1))
+    rc = main(["--lake", str(tmp_path / "lake"), "generate", "--scenario", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.count("\n") == 0
+    assert err.startswith("kraft-replay generate: error:") and "key 'topics.partitions'" in err
+    assert not (tmp_path / "lake").exists(), "nothing may be written for a bad scenario"

@@ -257,7 +257,7 @@ def metadata_log(spark: SparkSession, plan: Plan) -> DataFrame:
     return structural_log(spark, plan).unionByName(bulk_log(spark, plan))
 
 
-def _control_rows(records: list[tuple[ControlRecord, dict[str, Any]]]) -> pa.Table:
+def control_rows_table(records: list[tuple[ControlRecord, dict[str, Any]]]) -> pa.Table:
     recs = [r for r, _ in records]
     cols: dict[str, Any] = {k: pa.array([m[k] for _, m in records], t) for k, t in (
         ("cluster_id", pa.string()), ("offset", pa.int64()), ("batch_base_offset", pa.int64()),
@@ -292,4 +292,4 @@ def log_control_table(plan: Plan) -> pa.Table:
             "batch_last_offset": b.base_offset, "batch_leader_epoch": b.epoch, "time_ms": b.time_ms,
             "source_kind": "log", "snapshot_end_offset": None, "snapshot_epoch": None,
             "source_file": source_file_name(plan), "source_position": b.base_offset}))
-    return _control_rows(rows)
+    return control_rows_table(rows)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kraft_replay.codec.records import MetadataRecord, uuid_from_bytes

@@ -43,8 +43,6 @@ from kraft_replay.generate.scenario import Scenario
 from kraft_replay.generate.snapshots import bootstrap_records, snapshot_control_table, snapshot_records
 from kraft_replay.generate.timelines import BROKER_PROGRESS_SCHEMA, broker_progress
 
-CONCURRENT_WRITERS = "spark.sql.maxConcurrentOutputFileWriters"
-
 SCENARIO_EVENTS_SCHEMA = schema(
     "cluster_id string, event_id int, event_type string, start_time timestamp, end_time timestamp, "
     "broker_id int, controller_id int, first_offset long, last_offset long, details string")
@@ -102,17 +100,7 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
 
     def write(name: str, df: DataFrame) -> None:
         t = time.time()
-        # generated rows arrive grouped by offset bucket: let each task keep a few files open instead
-        # of sorting everything by the partition columns before writing
-        previous = spark.conf.get(CONCURRENT_WRITERS, None)
-        spark.conf.set(CONCURRENT_WRITERS, "8")
-        try:
-            lake.overwrite(name, df, replace_where=where)
-        finally:
-            if previous is None:
-                spark.conf.unset(CONCURRENT_WRITERS)
-            else:
-                spark.conf.set(CONCURRENT_WRITERS, previous)
+        lake.overwrite(name, df, replace_where=where)
         res.seconds[name] = time.time() - t
         progress(f"wrote {name} in {res.seconds[name]:.1f}s")
 
@@ -140,8 +128,7 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
         from kraft_replay.generate.segments import write_segments
 
         t = time.time()
-        res.segment_files = write_segments(spark, plan, log, lake.read("snapshot_records", where=where),
-                                           lake.read("metadata_control", where=where), segments_out)
+        res.segment_files = write_segments(spark, plan, log, lake.read("snapshot_records", where=where), segments_out)
         res.seconds["segments"] = time.time() - t
         progress(f"wrote {len(res.segment_files)} files to {segments_out} in {res.seconds['segments']:.1f}s")
     for name in TABLES:

@@ -105,7 +105,7 @@ def _segment_writer(out_dir: str, segment_bytes: int, controls: dict[int, list[t
     return run
 
 
-def _write_checkpoint(path: Path, rows: list[dict[str, Any]], epoch: int, time_ms: int, batch_records: int) -> None:
+def _write_checkpoint(path: Path, rows: list[dict[str, Any]], epoch: int, time_ms: int) -> None:
     """A snapshot-format file: header control batch, data batches, footer control batch."""
     table = pa.Table.from_pylist(rows)
     recs = records_from_payload_columns(table)
@@ -126,14 +126,13 @@ def _write_checkpoint(path: Path, rows: list[dict[str, Any]], epoch: int, time_m
     parts.append(build_batch([fv], base_offset=len(rows) + 1, leader_epoch=epoch, timestamp_ms=time_ms, keys=[fk],
                              control=True))
     path.write_bytes(b"".join(parts))
-    del batch_records
 
 
-def write_segments(spark: SparkSession, plan: Plan, log: DataFrame, snapshots: DataFrame, control: DataFrame,
-                   out_dir: str) -> list[str]:
-    """Write the log, its snapshots and the bootstrap checkpoint as real files; returns the file names."""
-    from kraft_replay.generate.snapshots import SNAPSHOT_BATCH_RECORDS
+def write_segments(spark: SparkSession, plan: Plan, log: DataFrame, snapshots: DataFrame, out_dir: str) -> list[str]:
+    """Write the log, its snapshots and the bootstrap checkpoint as real files; returns the file names.
 
+    ``snapshots`` are the plan's ``snapshot_records`` rows (their batch layout is kept as written).
+    """
     root = Path(out_dir)
     (root / PARTITION_DIR).mkdir(parents=True, exist_ok=True)
     sc = plan.scenario
@@ -166,7 +165,6 @@ def write_segments(spark: SparkSession, plan: Plan, log: DataFrame, snapshots: D
             path = root / "bootstrap.checkpoint"
         else:
             path = root / PARTITION_DIR / snapshot_name(end, epoch)
-        _write_checkpoint(path, rows_, epoch, time_ms, SNAPSHOT_BATCH_RECORDS)
+        _write_checkpoint(path, rows_, epoch, time_ms)
         names.append(path.name)
-    del control
     return names

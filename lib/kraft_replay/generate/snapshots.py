@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraft_replay.codec.arrow_payload import PAYLOAD_FIELDS, build_payload_columns
@@ -29,7 +29,7 @@ from kraft_replay.codec.records import MetadataRecord
 from kraft_replay.codec.schema import RECORD_TYPES, ZERO_UUID
 from kraft_replay.generate import mv
 from kraft_replay.generate.jsonexpr import payload_json_column
-from kraft_replay.generate.log import SNAPSHOT_TYPE, _control_rows, conform, control_record, source_file_name
+from kraft_replay.generate.log import SNAPSHOT_TYPE, control_rows_table, conform, control_record, source_file_name
 from kraft_replay.generate.plan import (
     ACL,
     CLIENT_QUOTA,
@@ -102,7 +102,7 @@ def partition_state(log: DataFrame, end_offset: int) -> DataFrame:
     is_pr = F.col("api_key") == 3
     p, c = F.col("partition"), F.col("partition_change")
 
-    def pick(field: str) -> F.Column:
+    def pick(field: str) -> Column:
         v = F.when(is_pr, p.getField(field)).otherwise(c.getField(field))
         return v
 
@@ -119,7 +119,7 @@ def partition_state(log: DataFrame, end_offset: int) -> DataFrame:
         (~is_pr & (c.leader != -2)).alias("leader_change"),
     )
 
-    def last(col: str) -> F.Column:
+    def last(col: str) -> Column:
         return F.max_by(F.col(col), F.when(F.col(col).isNotNull(), F.col("offset"))).alias(col)
 
     return sel.groupBy("topic_id", "partition_id").agg(
@@ -130,7 +130,7 @@ def partition_state(log: DataFrame, end_offset: int) -> DataFrame:
     )
 
 
-def _position_expr(pos: F.Column) -> F.Column:
+def _position_expr(pos: F.Column) -> Column:
     return F.lit(1) + F.floor((pos - 1) / SNAPSHOT_BATCH_RECORDS).cast("long") * SNAPSHOT_BATCH_RECORDS
 
 
@@ -229,5 +229,5 @@ def snapshot_control_table(plan: Plan, points: list[tuple[int, int, str, int, in
                                "batch_last_offset": off, "batch_leader_epoch": epoch, "time_ms": time_ms,
                                "source_kind": kind, "snapshot_end_offset": end, "snapshot_epoch": epoch,
                                "source_file": source_file_name(plan), "source_position": off}))
-    return _control_rows(rows)
+    return control_rows_table(rows)
 

@@ -9,11 +9,14 @@ Steps (each a rule of issue 3 / docs/design.md):
    (overlapping input files, or offsets the table already holds); only then is a de-duplication /
    anti-join on ``(cluster_id, offset)`` added to the plan. Snapshot and control rows are always
    keyed by snapshot id and position.
-4. One decode pass with ``mapInArrow``: the log rows (the bulk) stream straight into the
-   ``metadata_log`` append; each task also writes its small outputs (control, snapshot and
-   quarantine rows, one statistics row) as Parquet files into a run staging dir under the lake
-   root, which the driver then appends through the lake. Nothing is collected to the driver
-   except the statistics rows.
+4. One decode pass with ``mapInArrow``. When no log offset can repeat (step 3 found no overlap and
+   no rows already in the table), each task writes its ``metadata_log`` rows itself with pyarrow
+   into a staged write of the lake (``Lake.new_staging`` / ``write_staged_arrow``) and returns one
+   small row; the driver commits the files with ``Lake.commit_staged`` and the run's txn. Otherwise
+   the log rows stream back into Spark, which de-duplicates and appends them. Each task also writes
+   its small outputs (control, snapshot and quarantine rows, one statistics row) as Parquet files
+   into a run staging dir under the lake root, which the driver then appends through the lake.
+   Nothing is collected to the driver except the per-task statistics rows.
 5. ``--strict``: a first decode pass writes only the side outputs; any quarantine aborts before
    anything is committed.
 6. ``metadata_log`` is appended first, then ``snapshot_records``, ``metadata_control``,
@@ -152,6 +155,40 @@ def _mapper(ingested_at: datetime, staging: str, emit_log: bool) -> Callable[[It
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             yield from decode_tasks(b.to_pylist(), ingested_at, staging, emit_log)
+
+    return run
+
+
+WRITTEN_SCHEMA = StructType([
+    StructField("task_id", LongType()),
+    StructField("files", LongType()),
+    StructField("rows", LongType()),
+])
+
+
+def _staged_mapper(ingested_at: datetime, staging: str, log_staged) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
+    """Decode tasks and write their ``metadata_log`` rows with pyarrow into ``log_staged`` (a
+    :class:`kraft_replay.lake.staged.StagedWrite`); yield one small row per task (files, rows).
+
+    File names derive from the task id, so a retried Spark task overwrites its own files."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from kraft_replay.lake.staged import write_staged_arrow
+
+        for b in batches:
+            for t in b.to_pylist():
+                rows = 0
+
+                def counted(it: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                    nonlocal rows
+                    for batch in it:
+                        rows += batch.num_rows
+                        yield batch
+
+                paths = write_staged_arrow(log_staged, counted(decode_tasks([t], ingested_at, staging, True)),
+                                           part_id=f"{t['task_id']:06d}")
+                yield pa.RecordBatch.from_pydict({"task_id": [t["task_id"]], "files": [len(paths)], "rows": [rows]},
+                                                 schema=pa.schema([("task_id", pa.int64()), ("files", pa.int64()),
+                                                                   ("rows", pa.int64())]))
 
     return run
 
@@ -310,7 +347,6 @@ def run_ingest(
                 )
 
         # metadata_log: each (cluster_id, offset) once
-        log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True), log_schema)
         seg_ranges: dict[str, list[tuple[int, int]]] = {}
         for f in todo:
             w = walks.get(f.path)
@@ -318,8 +354,8 @@ def run_ingest(
                 seg_ranges.setdefault(f.cluster_id, []).append((w.first_offset, w.last_offset))
             elif f.kind is FileKind.DUMP_TEXT:
                 seg_ranges.setdefault(f.cluster_id, []).append((0, 1 << 62))  # unknown range: check all
-        if any(_ranges_overlap(v) for v in seg_ranges.values()):
-            log_df = log_df.dropDuplicates(["cluster_id", "offset"])
+        overlap = any(_ranges_overlap(v) for v in seg_ranges.values())
+        existing = None
         if seg_ranges:
             cond = None
             for cid, rs in seg_ranges.items():
@@ -329,21 +365,41 @@ def run_ingest(
                      & F.col("offset").between(lo, hi))
                 cond = c if cond is None else cond | c
             existing = lake.read(METADATA_LOG).where(cond).select("cluster_id", "offset")
-            if existing.limit(1).count():
-                log_df = log_df.join(existing, ["cluster_id", "offset"], "left_anti")
+            if not existing.limit(1).count():
+                existing = None
 
         t1 = time.time()
-        # Rows of a task arrive ordered by offset, so each task touches one or two offset buckets:
-        # let the partitioned write keep a writer per bucket open instead of sorting every row.
-        previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
-        spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
-        try:
-            res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id, 1)))
-        finally:
-            spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
+        if not overlap and existing is None:
+            # Fast path: no offset can repeat, so workers write their decoded Arrow rows straight
+            # to Parquet (pyarrow) in a staged write and the driver commits the files with the txn.
+            log_staged = lake.new_staging(METADATA_LOG)
+            try:
+                _with_progress(spark, summary.bytes, say,
+                               lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, log_staged),
+                                                           WRITTEN_SCHEMA).collect())
+            except BaseException:
+                lake.abort_staged(log_staged)
+                raise
+            res = lake.commit_staged(log_staged, txn=(app_id, 1))
+        else:
+            # Rows may repeat (overlapping inputs, or offsets already in the table): Spark plans the
+            # de-duplication / anti-join and writes through lake.append.
+            log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True), log_schema)
+            if overlap:
+                log_df = log_df.dropDuplicates(["cluster_id", "offset"])
+            if existing is not None:
+                log_df = log_df.join(existing, ["cluster_id", "offset"], "left_anti")
+            # Rows of a task arrive ordered by offset, so each task touches one or two offset buckets:
+            # let the partitioned write keep a writer per bucket open instead of sorting every row.
+            previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
+            spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
+            try:
+                res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id, 1)))
+            finally:
+                spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
+            if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
+                tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count()
         summary.rows[METADATA_LOG] = 0 if res.skipped else int(res.rows)
-        if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
-            tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count()
         say(f"  decoded and wrote {METADATA_LOG}: {summary.rows[METADATA_LOG]} rows in {time.time() - t1:.1f}s")
 
         stats = _read_stats(staging)

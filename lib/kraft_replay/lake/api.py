@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -12,6 +12,9 @@ from pyspark.sql.types import StructType
 from kraft_replay.lake.backend import LakeBackend, make_backend
 from kraft_replay.lake.deltars import CommitResult
 from kraft_replay.lake.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from kraft_replay.lake.staged import StagedWrite
 
 Backend = Literal["auto", "deltars", "delta-spark"]
 
@@ -97,6 +100,28 @@ class Lake:
                   txn: tuple[str, int] | None = None) -> CommitResult:
         """Replace the whole table, or only the partitions matching ``replace_where`` (partition columns only)."""
         return self._impl.write(_valid_name(name), df, mode="overwrite", replace_where=replace_where, txn=txn)
+
+    def new_staging(self, name: str) -> "StagedWrite":
+        """A fresh staging directory inside table ``name`` for files written outside Spark's writer
+        (e.g. by pyarrow in ``mapInArrow`` workers with :func:`kraft_replay.lake.staged.write_staged_arrow`);
+        nothing in it is visible until :meth:`commit_staged`."""
+        from kraft_replay.lake import staged as _staged
+
+        return _staged.new_staging(self._impl, _valid_name(name))
+
+    def commit_staged(self, staged: "StagedWrite", txn: tuple[str, int] | None = None) -> CommitResult:
+        """Commit every Parquet file of ``staged`` in one append (schema-checked, footer stats, optional
+        txn; a repeat of a committed txn is skipped and its files deleted). See ``lake.staged``."""
+        from kraft_replay.lake import staged as _staged
+
+        info = _staged.check_staged(staged, staged.table if hasattr(staged, "table") else "")
+        return _staged.commit_staged(self._impl, info, txn)
+
+    def abort_staged(self, staged: "StagedWrite") -> None:
+        """Drop an uncommitted staged write (its files were never visible)."""
+        from kraft_replay.lake import staged as _staged
+
+        _staged.abort_staged(self._impl, _staged.check_staged(staged, getattr(staged, "table", "")))
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
         """Upsert a small DataFrame: rows with equal ``keys`` are replaced, others inserted."""

@@ -1,0 +1,427 @@
+"""Staged writes: Parquet files written by pyarrow (e.g. inside ``mapInArrow`` workers), committed by the lake.
+
+Rule: :meth:`Lake.new_staging` hands out a fresh staging directory inside the table
+(``<table>/kr_write=w<hex>/``, the same naming ``_files.new_staging_dir`` uses, so an abandoned one is
+invisible to every reader and removed by ``vacuum``) together with the table's Arrow data schema and
+partition columns, in a small picklable :class:`StagedWrite`. Workers write Hive-partitioned Parquet
+files into it with :func:`write_staged_arrow`; only the driver commits. :meth:`Lake.commit_staged`
+lists the files, checks every file's schema against the table (nothing is committed on a mismatch),
+builds add actions with footer statistics and makes one Delta commit carrying the optional txn, so a
+rerun of the same txn is skipped and its files deleted. Until that commit nothing is visible.
+
+On the delta-spark backend the staged files are read back with Spark and appended with
+``format("delta")`` (same txn), then the staging directory is deleted: delta-spark owns its file
+layout, so the files are copied rather than adopted.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from kraft_replay.lake import files as _files
+from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError
+from kraft_replay.lake.schema import same_type
+
+__all__ = ["StagedWrite", "write_staged_arrow"]
+
+# Rows per Parquet row group written by workers: large enough for good compression and few footer
+# entries, small enough to keep a worker's buffer per open file modest.
+ROW_GROUP_ROWS = 256 * 1024
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# Characters Spark escapes as %XX in partition directory names (ExternalCatalogUtils.escapePathName).
+_ESCAPED = set('"%#\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(1, 0x20)}
+
+
+@dataclass(frozen=True)
+class StagedWrite:
+    """One pending write into ``table``: where workers put files, and what the files must look like.
+
+    ``fs_uri`` is a URI pyarrow resolves to the filesystem (``file:///...`` for a local lake);
+    ``path`` is the staging directory on that filesystem. The object pickles, so it can be captured
+    by a ``mapInArrow`` function.
+    """
+
+    table: str
+    staging: str              # directory name relative to the table root (kr_write=w<hex>)
+    fs_uri: str               # URI of the staging directory for pyarrow.fs.FileSystem.from_uri
+    path: str                 # staging directory path on that filesystem
+    schema_ipc: bytes         # the table's Arrow schema (all columns), serialized
+    partition_by: tuple[str, ...]
+    target_file_rows: int
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The table's full Arrow schema (partition columns included)."""
+        return pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+
+    @property
+    def data_schema(self) -> pa.Schema:
+        """The columns stored in the files (partition columns dropped)."""
+        s = self.arrow_schema
+        return pa.schema([f for f in s if f.name not in self.partition_by])
+
+    def filesystem(self) -> pafs.FileSystem:
+        if self.fs_uri.startswith("file://") or "://" not in self.fs_uri:
+            return pafs.LocalFileSystem()
+        fs, _ = pafs.FileSystem.from_uri(self.fs_uri)
+        return fs
+
+
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema workers write for a Spark table schema (timestamps as UTC microseconds)."""
+    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+
+
+def make_staged(name: str, location: _files.Location, schema: StructType, partition_by: list[str],
+                target_file_rows: int) -> StagedWrite:
+    """A fresh :class:`StagedWrite` for table ``name`` at ``location`` (the directory is created lazily)."""
+    staging = _files.new_staging_dir()
+    child = location.child(staging)
+    if isinstance(location.fs, pafs.LocalFileSystem):
+        fs_uri = "file://" + child.fs_path
+    else:
+        fs_uri = child.uri
+    return StagedWrite(name, staging, fs_uri, child.fs_path, arrow_schema_of(schema).serialize().to_pybytes(),
+                       tuple(partition_by), int(target_file_rows))
+
+
+def _escape(value: str) -> str:
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in value)
+
+
+def _partition_dir(partition_by: tuple[str, ...], key: tuple) -> str:
+    parts = []
+    for col, value in zip(partition_by, key):
+        if value is None:
+            text = _HIVE_NULL
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = _escape(str(value)) or _HIVE_NULL
+        parts.append(f"{_escape(col)}={text}")
+    return "/".join(parts)
+
+
+def _split_by_partition(batch: pa.RecordBatch, partition_by: tuple[str, ...]) -> Iterator[tuple[tuple, pa.Table]]:
+    """(partition key, rows) groups of ``batch``; one group without copying when the key is constant."""
+    table = pa.Table.from_batches([batch])
+    if not partition_by:
+        yield (), table
+        return
+    firsts = []
+    constant = True
+    for col in partition_by:
+        column = table.column(col)
+        first = column[0].as_py()
+        firsts.append(first)
+        if constant:
+            if first is None:
+                constant = column.null_count == len(column)
+            else:
+                eq = pc.equal(column, pa.scalar(first, column.type))
+                constant = column.null_count == 0 and pc.all(eq).as_py()
+    if constant:
+        yield tuple(firsts), table
+        return
+    keys = table.select(list(partition_by)).group_by(list(partition_by)).aggregate([]).to_pylist()
+    for k in keys:
+        mask = None
+        for col in partition_by:
+            v = k[col]
+            m = pc.is_null(table.column(col)) if v is None else pc.equal(table.column(col), pa.scalar(v, table.schema.field(col).type))
+            mask = m if mask is None else pc.and_(mask, m)
+        yield tuple(k[c] for c in partition_by), table.filter(pc.fill_null(mask, False))
+
+
+class _FileWriter:
+    """One open Parquet file of a partition: buffers rows into row groups, rolls at ``target_file_rows``."""
+
+    def __init__(self, info: StagedWrite, fs: pafs.FileSystem, directory: str, stem: str, schema: pa.Schema,
+                 local: bool) -> None:
+        self.info, self.fs, self.directory, self.stem, self.schema, self.local = info, fs, directory, stem, schema, local
+        self.seq = 0
+        self.writer: pq.ParquetWriter | None = None
+        self.tmp = self.final = ""
+        self.rows_in_file = 0
+        self.buffer: list[pa.Table] = []
+        self.buffered = 0
+        self.done: list[str] = []
+
+    def _open(self) -> None:
+        self.fs.create_dir(self.directory, recursive=True)
+        name = f"{self.stem}-{self.seq:05d}.zstd.parquet"
+        self.seq += 1
+        self.final = f"{self.directory}/{name}"
+        # Local files are written under a hidden name and renamed when complete, so a half-written
+        # file of a killed worker is never listed as data.
+        self.tmp = f"{self.directory}/.{name}.tmp" if self.local else self.final
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd",
+                                       write_statistics=True, use_dictionary=True)
+        self.rows_in_file = 0
+
+    def _close_file(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        self.writer = None
+        if self.tmp != self.final:
+            self.fs.move(self.tmp, self.final)
+        self.done.append(self.final)
+
+    def _flush_group(self) -> None:
+        if not self.buffered:
+            return
+        table = pa.concat_tables(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
+        self.buffer, self.buffered = [], 0
+        offset = 0
+        while offset < table.num_rows:
+            if self.writer is None:
+                self._open()
+            room = self.info.target_file_rows - self.rows_in_file
+            piece = table.slice(offset, room)
+            self.writer.write_table(piece, row_group_size=ROW_GROUP_ROWS)
+            self.rows_in_file += piece.num_rows
+            offset += piece.num_rows
+            if self.rows_in_file >= self.info.target_file_rows:
+                self._close_file()
+
+    def add(self, rows: pa.Table) -> None:
+        self.buffer.append(rows)
+        self.buffered += rows.num_rows
+        if self.buffered >= ROW_GROUP_ROWS or self.rows_in_file + self.buffered >= self.info.target_file_rows:
+            self._flush_group()
+
+    def close(self) -> list[str]:
+        self._flush_group()
+        self._close_file()
+        return self.done
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            finally:
+                self.writer = None
+                try:
+                    self.fs.delete_file(self.tmp)
+                except OSError:
+                    pass
+
+
+def write_staged_arrow(info: StagedWrite, data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
+                       part_id: int | str) -> list[str]:
+    """Write rows into ``info``'s staging directory as Hive-partitioned, zstd Parquet files.
+
+    Rule: every row goes to ``<staging>/<col>=<value>/...`` for the table's partition columns (values
+    escaped as Spark escapes them, null as ``__HIVE_DEFAULT_PARTITION__``), the partition columns are
+    dropped from the file, columns are cast to the table's Arrow types (a missing or uncastable
+    column raises :class:`SchemaMismatchError`), and a file holds at most ``target_file_rows`` rows.
+    File names are ``part-<part_id>-<n>``: deterministic, so a retried task with the same
+    ``part_id`` overwrites its own earlier output instead of adding to it; give each concurrent
+    writer its own ``part_id``. Returns the written paths (on the staging filesystem).
+    """
+    if isinstance(data, pa.Table):
+        batches: Iterable[pa.RecordBatch] = data.to_batches()
+    elif isinstance(data, pa.RecordBatch):
+        batches = [data]
+    else:
+        batches = data
+    full = info.arrow_schema
+    parts = info.partition_by
+    file_schema = pa.schema([f for f in full if f.name not in parts])
+    fs = info.filesystem()
+    local = isinstance(fs, pafs.LocalFileSystem)
+    stem = f"part-{part_id}"
+    writers: dict[tuple, _FileWriter] = {}
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            batch = _conform_batch(info.table, batch, full)
+            for key, rows in _split_by_partition(batch, parts):
+                w = writers.get(key)
+                if w is None:
+                    sub = _partition_dir(parts, key)
+                    directory = f"{info.path}/{sub}" if sub else info.path
+                    w = writers[key] = _FileWriter(info, fs, directory, stem, file_schema, local)
+                w.add(rows.select(file_schema.names))
+        out: list[str] = []
+        for w in writers.values():
+            out.extend(w.close())
+        return out
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+
+
+def _conform_batch(table: str, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema``'s columns in order, cast where the types differ only in form."""
+    if batch.schema.equals(schema, check_metadata=False):
+        return batch
+    names = set(batch.schema.names)
+    extra = [n for n in batch.schema.names if n not in set(schema.names)]
+    if extra:
+        raise SchemaMismatchError(f"table {table!r}: column {extra[0]!r} is not in the table schema; drop it before writing")
+    cols = []
+    for f in schema:
+        if f.name not in names:
+            raise SchemaMismatchError(f"table {table!r}: column {f.name!r} ({f.type}) is missing from the staged rows; add it")
+        col = batch.column(f.name)
+        if not col.type.equals(f.type):
+            if not same_type(from_arrow_type(col.type), from_arrow_type(f.type)):
+                raise SchemaMismatchError(f"table {table!r}: column {f.name!r} is {col.type} in the staged rows but "
+                                          f"{f.type} in the table; cast it to the table's type")
+            col = col.cast(f.type)
+        cols.append(col)
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+# ---- driver side ---------------------------------------------------------------------------------
+
+
+def staged_files(info: StagedWrite, location: _files.Location) -> list[pafs.FileInfo]:
+    """The Parquet data files under the staging directory (hidden temp files are not data)."""
+    return _files.list_staged(location, info.staging)
+
+
+def check_file_schemas(info: StagedWrite, location: _files.Location, files: list[pafs.FileInfo],
+                       data_schema: StructType) -> None:
+    """Every staged file must hold exactly the table's data columns with the table's types.
+
+    Raises a one-line :class:`SchemaMismatchError` naming the table, the file and the column.
+    """
+    want = [(f.name, f.dataType) for f in data_schema.fields]
+    for fi in files:
+        with location.fs.open_input_file(fi.path) as fh:
+            got = pq.read_schema(fh)
+        names = got.names
+        rel = fi.path[len(location.fs_path.rstrip("/")) + 1:]
+        for i, (name, dtype) in enumerate(want):
+            if name not in names:
+                raise SchemaMismatchError(f"table {info.table!r}: staged file {rel} lacks column {name!r}; "
+                                          "write it with the table's schema (nothing was committed)")
+            if not same_type(from_arrow_type(got.field(name).type), dtype):
+                raise SchemaMismatchError(
+                    f"table {info.table!r}: column {name!r} is {got.field(name).type} in staged file {rel} but "
+                    f"{dtype.simpleString()} in the table; write it with the table's type (nothing was committed)")
+        extra = [n for n in names if n not in {n for n, _ in want}]
+        if extra:
+            raise SchemaMismatchError(f"table {info.table!r}: staged file {rel} has column {extra[0]!r} that is not "
+                                      "a data column of the table; drop it (nothing was committed)")
+
+
+def check_staged(info: object, table: str) -> StagedWrite:
+    if not isinstance(info, StagedWrite):
+        raise InvalidArgumentError(f"commit_staged needs the StagedWrite returned by new_staging, got {type(info).__name__}")
+    if info.table != table:
+        raise InvalidArgumentError(f"staged write for table {info.table!r} cannot be committed to {table!r}")
+    return info
+
+
+def new_part_id() -> str:
+    """A part id unique across processes (for callers without a natural task number)."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+# ---- backend operations (called by kraft_replay.lake.Lake) ---------------------------------------
+
+
+def new_staging(backend, name: str) -> StagedWrite:  # noqa: ANN001 - a LakeBackend
+    """A fresh staging directory for table ``name`` on either backend."""
+    if backend.name == "deltars":
+        snap = backend.snapshot(name)
+        return make_staged(name, backend.location(name), snap.schema, snap.partition_by, backend.target_file_rows)
+    _version, _rows, schema, parts, _files_n = backend.table_info(name)
+    return make_staged(name, backend.root.child(name), schema, list(parts), backend.target_file_rows)
+
+
+def abort_staged(backend, staged: StagedWrite) -> None:  # noqa: ANN001
+    """Delete the staging directory of an uncommitted write (nothing was visible)."""
+    _files.delete_staging(_location(backend, staged.table), staged.staging)
+
+
+def _location(backend, name: str) -> _files.Location:  # noqa: ANN001
+    return backend.location(name) if backend.name == "deltars" else backend.root.child(name)
+
+
+def commit_staged(backend, staged: StagedWrite, txn: tuple[str, int] | None = None):  # noqa: ANN001, ANN201
+    """Commit the files of ``staged`` in one Delta commit (see the module docstring for the rule)."""
+    if backend.name == "deltars":
+        return _commit_deltars(backend, staged, txn)
+    return _commit_by_copy(backend, staged, txn)
+
+
+def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None):  # noqa: ANN001, ANN202
+    from deltalake.exceptions import CommitFailedError
+
+    from kraft_replay.lake.deltars import _OP_RETRIES, CommitResult
+    from kraft_replay.lake.errors import CommitConflictError
+
+    name = staged.table
+    backend._check_txn(txn)
+    loc = backend.location(name)
+    try:
+        snap = backend.snapshot(name)
+        if backend._txn_done(snap.table, txn):
+            _files.delete_staging(loc, staged.staging)
+            return CommitResult(name, None, skipped=True)
+        if list(snap.partition_by) != list(staged.partition_by):
+            raise SchemaMismatchError(f"table {name!r} is partitioned by {snap.partition_by}, the staged write by "
+                                      f"{list(staged.partition_by)}; start a new staged write (nothing was committed)")
+        data_schema = StructType([f for f in snap.schema.fields if f.name not in snap.partition_by])
+        found = staged_files(staged, loc)
+        check_file_schemas(staged, loc, found, data_schema)
+        adds = _files.add_actions_for(loc, found, data_schema, snap.partition_by)
+        backend._check_not_null(snap, adds)
+        if not adds and txn is None:
+            _files.delete_staging(loc, staged.staging)
+            return CommitResult(name, None)
+        for attempt in range(_OP_RETRIES):
+            if backend._txn_done(snap.table, txn):
+                _files.delete_staging(loc, staged.staging)
+                return CommitResult(name, None, skipped=True)
+            try:
+                version = backend._commit(name, snap, [a for a, _ in adds], txn, "WRITE")
+                return CommitResult(name, version, len(adds), sum(n for _, n in adds), 0)
+            except CommitFailedError as exc:
+                if attempt == _OP_RETRIES - 1:
+                    raise CommitConflictError(
+                        f"table {name!r}: staged commit kept conflicting with concurrent writers "
+                        f"({str(exc).splitlines()[0]}); retry the job") from None
+                snap = backend.snapshot(name)
+    except BaseException:
+        _files.delete_staging(loc, staged.staging)
+        raise
+    raise AssertionError("unreachable")
+
+
+def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None):  # noqa: ANN001, ANN202
+    """delta-spark: read the staged files with Spark, append them with the txn, delete the staging dir."""
+    from kraft_replay.lake.deltars import CommitResult
+
+    name = staged.table
+    loc = backend.root.child(name)
+    try:
+        schema = backend.schema(name)
+        data_schema = StructType([f for f in schema.fields if f.name not in staged.partition_by])
+        found = staged_files(staged, loc)
+        check_file_schemas(staged, loc, found, data_schema)
+        if not found:
+            return CommitResult(name, None)
+        df = (backend.spark.read.schema(schema).option("basePath", f"{loc.spark_path}/{staged.staging}")
+              .parquet(*[f"{loc.spark_path}/{fi.path[len(loc.fs_path.rstrip('/')) + 1:]}" for fi in found])
+              .select(*schema.fieldNames()))
+        return backend.write(name, df, mode="append", txn=txn)
+    finally:
+        _files.delete_staging(loc, staged.staging)
