@@ -1,0 +1,52 @@
+"""Run every benchmark in turn, each in its own process, and echo their figures.
+
+    .venv/bin/python bench/run_all.py [--quick]
+
+``--quick`` shrinks every workload (for a smoke run); the figures reported on issues come from the
+full sizes. Benchmarks print their own figures and ratios; nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+FULL = [
+    ("codec decode (single core)", ["codec_decode.py", "--records", "1000000"]),
+    ("lake vs plain Parquet", ["lake.py", "--rows", "10000000"]),
+    ("ingest end to end", ["ingest.py", "--records", "10000000", "--driver-memory", "8g"]),
+    ("generate large scenario", ["generate.py", "--scenario", "large"]),
+]
+QUICK = [
+    ("codec decode (single core)", ["codec_decode.py", "--records", "100000"]),
+    ("lake vs plain Parquet", ["lake.py", "--rows", "500000", "--repeat", "1"]),
+    ("ingest end to end", ["ingest.py", "--records", "300000"]),
+    ("generate tiny scenario", ["generate.py", "--scenario", "tiny"]),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small workloads, for a smoke run")
+    args = ap.parse_args(argv)
+    failed = []
+    for title, cmd in QUICK if args.quick else FULL:
+        print(f"=== {title}: {' '.join(cmd)}", flush=True)
+        t0 = time.time()
+        rc = subprocess.call([sys.executable, str(HERE / cmd[0]), *cmd[1:]])
+        print(f"=== {title}: exit {rc} after {time.time() - t0:.0f}s", flush=True)
+        if rc != 0:
+            failed.append(title)
+    if failed:
+        print("failed: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
