@@ -117,7 +117,7 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
     for d in snaps[1:]:
         snap_df = snap_df.unionByName(d)
     write("snapshot_records", snap_df)
-    control = pa.concat_tables([L.log_control_table(plan), snapshot_control_table(plan, points)])
+    control = pa.concat_tables([L.log_control_table(plan), snapshot_control_table(plan, points)]).combine_chunks()
     write("metadata_control", spark.createDataFrame(control))
     write("scenario_events", scenario_events(spark, plan))
     write("feature_update_requests", feature_update_requests(spark, plan))

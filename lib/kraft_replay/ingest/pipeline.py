@@ -374,13 +374,16 @@ def run_ingest(
             # to Parquet (pyarrow) in a staged write and the driver commits the files with the txn.
             log_staged = lake.new_staging(METADATA_LOG)
             try:
-                _with_progress(spark, summary.bytes, say,
-                               lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, log_staged),
-                                                           WRITTEN_SCHEMA).collect())
+                written = _with_progress(spark, summary.bytes, say,
+                                         lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, log_staged),
+                                                                     WRITTEN_SCHEMA).collect())
             except BaseException:
                 lake.abort_staged(log_staged)
                 raise
             res = lake.commit_staged(log_staged, txn=(app_id, 1))
+            if not res.skipped and res.rows != sum(r["rows"] for r in written):
+                raise IngestError(f"internal: workers wrote {sum(r['rows'] for r in written)} {METADATA_LOG} rows but "
+                                  f"{res.rows} were committed (version {res.version}); check the table's history")
         else:
             # Rows may repeat (overlapping inputs, or offsets already in the table): Spark plans the
             # de-duplication / anti-join and writes through lake.append.

@@ -114,14 +114,13 @@ class Lake:
         txn; a repeat of a committed txn is skipped and its files deleted). See ``lake.staged``."""
         from kraft_replay.lake import staged as _staged
 
-        info = _staged.check_staged(staged, staged.table if hasattr(staged, "table") else "")
-        return _staged.commit_staged(self._impl, info, txn)
+        return _staged.commit_staged(self._impl, _staged.check_staged(staged), txn)
 
     def abort_staged(self, staged: "StagedWrite") -> None:
         """Drop an uncommitted staged write (its files were never visible)."""
         from kraft_replay.lake import staged as _staged
 
-        _staged.abort_staged(self._impl, _staged.check_staged(staged, getattr(staged, "table", "")))
+        _staged.abort_staged(self._impl, _staged.check_staged(staged))
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
         """Upsert a small DataFrame: rows with equal ``keys`` are replaced, others inserted."""

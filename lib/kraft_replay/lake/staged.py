@@ -16,8 +16,6 @@ layout, so the files are copied rather than adopted.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -321,17 +319,12 @@ def check_file_schemas(info: StagedWrite, location: _files.Location, files: list
                                       "a data column of the table; drop it (nothing was committed)")
 
 
-def check_staged(info: object, table: str) -> StagedWrite:
+def check_staged(info: object) -> StagedWrite:
+    """``info`` itself when it is a :class:`StagedWrite` (as returned by ``Lake.new_staging``)."""
     if not isinstance(info, StagedWrite):
-        raise InvalidArgumentError(f"commit_staged needs the StagedWrite returned by new_staging, got {type(info).__name__}")
-    if info.table != table:
-        raise InvalidArgumentError(f"staged write for table {info.table!r} cannot be committed to {table!r}")
+        raise InvalidArgumentError(f"expected the StagedWrite returned by lake.new_staging(name), got {type(info).__name__}")
     return info
 
-
-def new_part_id() -> str:
-    """A part id unique across processes (for callers without a natural task number)."""
-    return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 # ---- backend operations (called by kraft_replay.lake.Lake) ---------------------------------------
@@ -408,8 +401,6 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None): 
 
 def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None):  # noqa: ANN001, ANN202
     """delta-spark: read the staged files with Spark, append them with the txn, delete the staging dir."""
-    from kraft_replay.lake.deltars import CommitResult
-
     name = staged.table
     loc = backend.root.child(name)
     try:
@@ -418,7 +409,7 @@ def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None): 
         found = staged_files(staged, loc)
         check_file_schemas(staged, loc, found, data_schema)
         if not found:
-            return CommitResult(name, None)
+            return backend.write(name, backend.spark.createDataFrame([], schema), mode="append", txn=txn)
         df = (backend.spark.read.schema(schema).option("basePath", f"{loc.spark_path}/{staged.staging}")
               .parquet(*[f"{loc.spark_path}/{fi.path[len(loc.fs_path.rstrip('/')) + 1:]}" for fi in found])
               .select(*schema.fieldNames()))
