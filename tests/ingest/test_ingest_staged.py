@@ -88,18 +88,19 @@ def test_crash_between_staged_write_and_commit(spark, lake, real_kraft_dir: Path
 def test_commit_of_already_committed_txn_is_skipped(spark, lake, real_kraft_dir: Path, monkeypatch) -> None:
     """A run whose log commit landed but that died before ``ingest_files``: the rerun takes the
     Spark path (offsets already present), skips the log txn and completes the other tables."""
-    real_append = Lake.append
+    real_commit = Lake.commit_staged
 
-    def dying_append(self, name, df, txn=None):
-        if name == "ingest_files":
+    def dying_commit(self, staged, txn=None):  # ingest_files is committed last, as a staged write
+        if staged.table == "ingest_files":
             raise SystemExit("killed before ingest_files")
-        return real_append(self, name, df, txn=txn)
+        return real_commit(self, staged, txn=txn)
 
-    monkeypatch.setattr(Lake, "append", dying_append)
+    monkeypatch.setattr(Lake, "commit_staged", dying_commit)
     with pytest.raises(SystemExit):
         run_ingest(spark, lake, [str(real_kraft_dir / NAME)], cluster_id="r", say=_quiet)
     assert lake.read("metadata_log").count() == ROWS
-    monkeypatch.setattr(Lake, "append", real_append)
+    assert lake.read("ingest_files").count() == 0
+    monkeypatch.setattr(Lake, "commit_staged", real_commit)
     s = run_ingest(spark, lake, [str(real_kraft_dir / NAME)], cluster_id="r", say=_quiet)
     assert s.rows["metadata_log"] == 0 and s.rows["ingest_files"] == 1
     assert lake.read("metadata_log").count() == ROWS

@@ -92,6 +92,34 @@ def test_txn_idempotent(lake, events_table):
     assert lake.read(events_table).count() == 100
 
 
+def test_commit_staged_replace_where_swaps_partitions_in_one_commit(spark, lake, events_table):
+    first = lake.new_staging(events_table)
+    write_staged_arrow(first, arrow_events(0, 300), part_id=0)          # parts 0, 1, 2
+    lake.commit_staged(first)
+    before = lake.version(events_table)
+    again = lake.new_staging(events_table)
+    new_rows = arrow_events(1000, 1090).filter(pa.compute.equal(arrow_events(1000, 1090).column("part"), 1))
+    write_staged_arrow(again, new_rows, part_id=0)
+    res = lake.commit_staged(again, replace_where="part = 1")
+    assert lake.version(events_table) == before + 1 and res.removed_files >= 1 and res.rows == 30
+    ids = sorted(r["id"] for r in lake.read(events_table).select("id").collect())
+    assert ids == sorted([i for i in range(300) if i % 3 != 1] + [i for i in range(1000, 1090) if i % 3 == 1])
+    # the previous version is still there for time travel
+    assert lake.read(events_table, version=before).count() == 300
+
+
+def test_commit_staged_replace_where_rejects_rows_outside_predicate(lake, events_table):
+    from kraft_replay.lake import InvalidArgumentError
+
+    staged = lake.new_staging(events_table)
+    write_staged_arrow(staged, arrow_events(0, 30), part_id=0)          # parts 0, 1, 2
+    version = lake.version(events_table)
+    with pytest.raises(InvalidArgumentError, match="does not match"):
+        lake.commit_staged(staged, replace_where="part = 1")
+    assert lake.version(events_table) == version
+    assert staged.filesystem().get_file_info(staged.path).type == pa.fs.FileType.NotFound
+
+
 def test_abort_leaves_nothing(lake, events_table):
     version = lake.version(events_table)
     staged = lake.new_staging(events_table)

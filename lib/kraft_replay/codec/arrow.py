@@ -183,6 +183,8 @@ class DecodedChunk:
     snapshot: pa.RecordBatch
     quarantine: pa.RecordBatch
     stats: ChunkStats = field(default_factory=ChunkStats)
+    # bytes of the buffer decoded: ``len(buf)`` unless ``stop`` or ``at_eof=False`` ended the call early
+    consumed: int = 0
 
 
 def _const(value: Any, n: int, typ: pa.DataType) -> pa.Array:
@@ -330,6 +332,7 @@ def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, 
 
 
 _HDR = struct.Struct(">qiibIhiqqqhii")
+_HEAD17 = struct.Struct(">qiib")
 
 
 def decode_to_arrow(
@@ -342,6 +345,8 @@ def decode_to_arrow(
     snapshot_end_offset: int | None = None,
     snapshot_epoch: int | None = None,
     ingested_at: datetime | None = None,
+    stop: int | None = None,
+    at_eof: bool = True,
 ) -> DecodedChunk:
     """Decode a batch-aligned byte range of a KRaft file into the bronze Arrow batches.
 
@@ -352,6 +357,13 @@ def decode_to_arrow(
     Uncompressed data batches of the usual shape are parsed inline (same rules as
     :func:`kraft_replay.codec.batch.iter_batches`, CRC included); every other batch, and every
     malformed range, goes through the general batch decoder.
+
+    ``stop``: decode only the batches that start before ``buf[stop]`` (a batch starting before it is
+    decoded whole, so it may run past ``stop``). ``at_eof=False`` says ``buf`` is not the end of the
+    file: a batch that runs past the end of ``buf``, a short tail, or any range that ends the scan
+    (``TRUNCATED_BATCH``/``CORRUPT_BATCH_LENGTH``) is then not decoded; the call stops in front of it so
+    the caller can decode from there with more of the file. ``consumed`` of the result tells where
+    decoding stopped (the next batch boundary, or ``len(buf)``).
     """
     kind = FileKind(file_kind)
     if kind not in (FileKind.SEGMENT, FileKind.SNAPSHOT, FileKind.BOOTSTRAP):
@@ -469,10 +481,11 @@ def decode_to_arrow(
         add_data(base, blast, epoch, ts, bpos, good)
 
     end = len(buf)
+    limit = end if stop is None else min(stop, end)
     pos = 0
     unpack = _HDR.unpack_from
     crc = google_crc32c.value  # CRC-32C of facts §1.2 (kraft_replay.codec.crc), called directly in the hot loop
-    while pos < end:
+    while pos < limit:
         if end - pos >= HEADER_SIZE:
             (base, blen, epoch, magic, stored, attrs, ldelta, _bts, maxts, _pid, _pep, _bseq, count) = unpack(buf, pos)
             size = blen + 12
@@ -530,22 +543,36 @@ def decode_to_arrow(
                         pos = bend
                         continue
         # anything unusual: the general decoder, one batch (or the rest of the data) at a time
-        stop = False
-        for item in iter_batches(buf[pos:], base_position + pos):
+        rest = end - pos
+        if rest > 17:
+            _b, blen, _e, magic = _HEAD17.unpack_from(buf, pos)
+            whole = 12 + blen
+            framed = blen >= 14 and not (magic == 2 and blen < 49) and whole <= rest
+        else:
+            framed = False
+        if not framed:
+            if not at_eof:
+                break  # ends the scan here, or needs bytes past buf: the caller decodes on from pos
+            piece = buf[pos:]
+        else:
+            piece = buf[pos:pos + whole] if whole < rest else buf[pos:]
+        ended = False
+        for item in iter_batches(piece, base_position + pos):
             add_general(item)
             if isinstance(item, Corruption):
-                stop = item.reason_code in ("TRUNCATED_BATCH", "CORRUPT_BATCH_LENGTH")
+                ended = item.reason_code in ("TRUNCATED_BATCH", "CORRUPT_BATCH_LENGTH")
                 size = item.length
             else:
                 size = item.size
             break
         else:  # pragma: no cover - iter_batches always yields for non-empty input
             break
-        if stop:
-            break
         pos += size
+        if ended:
+            break
 
     stats.batches = nbatches
+    stats.bytes = pos
     stats.first_offset, stats.last_offset = first, last
     stats.data_records = len(r_off)
     stats.control_records = len(c_off)
@@ -626,4 +653,4 @@ def decode_to_arrow(
         ],
         schema=CONTROL_SCHEMA,
     )
-    return DecodedChunk(log, control, snap, q.batch(cluster_id, source_file, ingested_at), stats)
+    return DecodedChunk(log, control, snap, q.batch(cluster_id, source_file, ingested_at), stats, pos)

@@ -169,8 +169,35 @@ def _lit_array(values: list[Any], typ: str) -> Column:
     return F.array(*[F.lit(v) for v in values]).cast(f"array<{typ}>")
 
 
+_BULK_COMBOS = {(NOOP, 0)} | {(PARTITION_CHANGE, v) for v in (0, 1, 2)}
+# partition_change fields every bulk record leaves at their default/null
+_BULK_FIXED = frozenset({"replicas", "removing_replicas", "adding_replicas", "leader_recovery_state", "directories",
+                         "eligible_leader_replicas", "last_known_elr"})
+# partition_change fields a bulk record fills (leader_recovery_state is the constant -1)
+BULK_PC_FIELDS = ("partition_id", "topic_id", "isr", "leader", "leader_recovery_state")
+
+
 def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
     """The bulk records (NoOp and churn PartitionChangeRecords) as pure column expressions."""
+    return _finish_log(_bulk_records(spark, plan), plan, _BULK_COMBOS, {PARTITION_CHANGE: _BULK_FIXED})
+
+
+def bulk_log_flat(spark: SparkSession, plan: Plan) -> DataFrame:
+    """:func:`bulk_log` as a narrow frame for :mod:`kraft_replay.generate.logwrite`: the scalar
+    columns the payload does not determine, ``payload_json`` (same expression as :func:`bulk_log`)
+    and the filled ``partition_change`` fields as ``partition_change__<field>`` columns."""
+    recs = _bulk_records(spark, plan)
+    js = payload_json_column(_BULK_COMBOS, always_default={PARTITION_CHANGE: _BULK_FIXED})
+    pcol = F.col("partition_change")
+    return recs.select(
+        "offset", "batch_base_offset", "batch_last_offset", "batch_leader_epoch", "append_time", "api_key",
+        "record_version", js.alias("payload_json"),
+        *[pcol.getField(f).alias(f"partition_change__{f}") for f in BULK_PC_FIELDS],
+    )
+
+
+def _bulk_records(spark: SparkSession, plan: Plan) -> DataFrame:
+    """Bulk rows: the scalar columns, ``api_key``, ``record_version`` and ``partition_change``."""
     sc = plan.scenario
     lay = plan.layout
     sizes = _lit_array(list(lay.sizes), "int")
@@ -212,10 +239,12 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
         .withColumn("k", k)
         .withColumn("n", F.floor(r / F.lit(P)).cast("long"))
         .withColumn("replicas", F.array(*[F.get(brokers, ((F.col("k") + i) % nb).cast("int")) for i in range(rf)]))
-        # replicas minus the down brokers, in replica order (cheaper than array_except's hash set)
-        .withColumn("live", F.array_compact(F.array(*[
-            F.when(~F.array_contains(F.col("down"), F.get(F.col("replicas"), i)), F.get(F.col("replicas"), i))
-            for i in range(rf)])))
+        # replicas minus the down brokers, in replica order: a concat of 0/1-element arrays, which
+        # whole-stage codegen compiles (array_compact/filter take a lambda and run interpreted)
+        .withColumn("live", F.concat(*[
+            F.when(~F.array_contains(F.col("down"), F.get(F.col("replicas"), i)),
+                   F.array(F.get(F.col("replicas"), i))).otherwise(F.array().cast("array<int>"))
+            for i in range(rf)]))
         .withColumn("shrink", ((F.col("n") % 2) == 0) & (F.size(F.col("live")) >= 2))
         .withColumn("record_version", F.when(F.col("is_noop"), F.lit(0))
                     .when(F.col("mv_level") <= 16, F.lit(0)).when(F.col("mv_level") <= 22, F.lit(1)).otherwise(F.lit(2)))
@@ -246,10 +275,7 @@ def bulk_log(spark: SparkSession, plan: Plan) -> DataFrame:
         "record_version",
         F.when(~F.col("is_noop"), pc).alias("partition_change"),
     )
-    combos = {(NOOP, 0)} | {(PARTITION_CHANGE, v) for v in (0, 1, 2)}
-    fixed = frozenset({"replicas", "removing_replicas", "adding_replicas", "leader_recovery_state", "directories",
-                       "eligible_leader_replicas", "last_known_elr"})
-    return _finish_log(out, plan, combos, {PARTITION_CHANGE: fixed})
+    return out
 
 
 def metadata_log(spark: SparkSession, plan: Plan) -> DataFrame:

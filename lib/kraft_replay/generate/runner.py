@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 from kraft_replay.generate.ddl import schema
 
 from kraft_replay.generate import log as L
+from kraft_replay.generate.logwrite import write_metadata_log
 from kraft_replay.generate.plan import Plan, build_plan
 from kraft_replay.generate.requests import (
     FEATURE_UPDATE_REQUESTS_SCHEMA,
@@ -104,7 +105,11 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
         res.seconds[name] = time.time() - t
         progress(f"wrote {name} in {res.seconds[name]:.1f}s")
 
-    write("metadata_log", L.metadata_log(spark, plan))
+    # metadata_log: Spark computes narrow rows, the tasks widen and write them with pyarrow (logwrite)
+    t = time.time()
+    write_metadata_log(spark, lake, plan, where, progress=progress)
+    res.seconds["metadata_log"] = time.time() - t
+    progress(f"wrote metadata_log in {res.seconds['metadata_log']:.1f}s")
     log = lake.read("metadata_log", where=where)
     # snapshots: data records from the log's state, control rows for header/footer
     snaps = [bootstrap_records(spark, plan)]

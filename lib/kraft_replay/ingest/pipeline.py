@@ -30,6 +30,7 @@ import hashlib
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,7 +38,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 from kraft_replay.codec.arrow import (
     CONTROL_SCHEMA,
@@ -49,8 +50,9 @@ from kraft_replay.codec.arrow import (
 )
 from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.errors import IngestError
-from kraft_replay.ingest.plan import DEFAULT_SPLIT_BYTES, plan_tasks, sha256_of
+from kraft_replay.ingest.plan import DEFAULT_SPLIT_BYTES, first_offset_of, plan_ranges, plan_tasks, sha256_of
 from kraft_replay.ingest.sources import InputFile, discover
+from kraft_replay.lake.staged import write_staged_arrow
 from kraft_replay.ingest.tables import (
     INGEST_FILES,
     INGEST_QUARANTINE,
@@ -72,6 +74,8 @@ STATS_SCHEMA = pa.schema([
     pa.field("quarantined", pa.int64()),
     pa.field("first_offset", pa.int64()),
     pa.field("last_offset", pa.int64()),
+    pa.field("q_position", pa.int64()),     # first quarantined range of the task (for --strict's message)
+    pa.field("q_reason", pa.string()),
 ])
 SIDE_TABLES = {METADATA_CONTROL: CONTROL_SCHEMA, SNAPSHOT_RECORDS: SNAPSHOT_SCHEMA, INGEST_QUARANTINE: QUARANTINE_SCHEMA}
 
@@ -85,6 +89,8 @@ _TASK_SCHEMA = StructType([
     StructField("end", LongType()),
     StructField("snapshot_end_offset", LongType()),
     StructField("snapshot_epoch", IntegerType()),
+    StructField("aligned", BooleanType()),
+    StructField("file_size", LongType()),
 ])
 
 # Piece of a task decoded at a time inside a worker (bounds the Arrow batch size).
@@ -100,39 +106,83 @@ def _write_side(staging: str, table: str, task_id: int, batches: list[pa.RecordB
     pq.write_table(pa.Table.from_batches(batches, schema=schema), f"{root}/{table}/task-{task_id:06d}.parquet", filesystem=fs)
 
 
-def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log: bool = True) -> Iterator[pa.RecordBatch]:
-    """Decode task rows (file, byte range, kind ...): yield ``metadata_log`` batches, and write the
-    task's control/snapshot/quarantine rows and its statistics row into ``staging`` (deterministic
-    file names, so a retried task overwrites its own output)."""
-    from kraft_replay.codec.arrow import ChunkStats, decode_to_arrow
-    from kraft_replay.codec.batch import batch_cuts
+_SLACK_BYTES = 256 * 1024
+
+
+def _decode_range(read: Callable[[int, int], bytes], pos: int, stop_at: int, end: int, **common) -> Iterator:  # noqa: ANN003
+    """DecodedChunks of the batches that start in ``[pos, stop_at)``; ``read(a, b)`` gives the bytes
+    ``[a, b)`` and ``end`` is where the data ends (the file's end, or an aligned task's end). Pieces of
+    about ``_PIECE_BYTES`` are decoded at a time; a batch (or a range that ends the scan) that needs
+    more bytes than a piece holds is decoded from a longer read."""
+    from kraft_replay.codec.arrow import decode_to_arrow
+
+    window = _PIECE_BYTES + _SLACK_BYTES
+    while pos < stop_at:
+        hi = min(end, pos + window)
+        buf = read(pos, hi)
+        eof = hi >= end or len(buf) < hi - pos
+        c = decode_to_arrow(buf, base_position=pos, stop=min(_PIECE_BYTES, stop_at - pos), at_eof=eof, **common)
+        if c.consumed == 0:
+            if eof:  # pragma: no cover - at the end of the data the decoder always moves on
+                break
+            window *= 2
+            continue
+        window = _PIECE_BYTES + _SLACK_BYTES
+        yield c
+        pos += c.consumed
+
+
+def _task_chunks(t: dict, ingested_at: datetime) -> Iterator:
+    """DecodedChunks of one task row (see :class:`kraft_replay.ingest.plan.Task`)."""
+    from kraft_replay.ingest.plan import first_batch_at_or_after
     from kraft_replay.ingest.sources import read_range
 
-    for t in rows:
-        kind = t["file_kind"]
-        data = read_range(t["path"], t["start"], t["end"])
-        if kind == FileKind.DUMP_TEXT.value:
-            from kraft_replay.ingest.dumptext import parse_dump_text
+    kind = t["file_kind"]
+    path, start, end = t["path"], t["start"], t["end"]
+    if kind == FileKind.DUMP_TEXT.value:
+        from kraft_replay.ingest.dumptext import parse_dump_text
 
-            chunks = iter([parse_dump_text(data, cluster_id=t["cluster_id"], source_file=t["source_file"], ingested_at=ingested_at)])
-        else:
-            edges = [0, *batch_cuts(data, _PIECE_BYTES), len(data)]
-            chunks = (
-                decode_to_arrow(
-                    data[a:b], cluster_id=t["cluster_id"], source_file=t["source_file"], file_kind=kind,
-                    base_position=t["start"] + a, snapshot_end_offset=t["snapshot_end_offset"],
-                    snapshot_epoch=t["snapshot_epoch"], ingested_at=ingested_at,
-                )
-                for a, b in zip(edges, edges[1:])
-            )
+        yield parse_dump_text(read_range(path, start, end), cluster_id=t["cluster_id"], source_file=t["source_file"],
+                              ingested_at=ingested_at)
+        return
+    common = dict(cluster_id=t["cluster_id"], source_file=t["source_file"], file_kind=kind,
+                  snapshot_end_offset=t["snapshot_end_offset"], snapshot_epoch=t["snapshot_epoch"], ingested_at=ingested_at)
+    if t.get("aligned", True):
+        # both ends are batch boundaries (or the end of the file): the range is decoded on its own
+        data = read_range(path, start, end)
+        yield from _decode_range(lambda a, b: data[a - start:b - start], start, start + len(data), start + len(data), **common)
+        return
+    size = t["file_size"]
+    first = first_batch_at_or_after(path, size, start)
+    if first is None or first >= end:
+        return  # no batch starts in this range (or the chain ended before it: an earlier task quarantines the rest)
+    yield from _decode_range(lambda a, b: read_range(path, a, b), first, end, size, **common)
+
+
+def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log: bool = True,
+                 sinks: dict | None = None) -> Iterator[pa.RecordBatch]:
+    """Decode task rows (file, byte range, kind ...): yield ``metadata_log`` batches, and write the
+    task's control/snapshot/quarantine rows and its statistics row into ``staging`` (deterministic
+    file names, so a retried task overwrites its own output). A side table named in ``sinks`` (a
+    :class:`kraft_replay.lake.staged.StagedWrite` per table) is written into that staged write instead."""
+    from kraft_replay.codec.arrow import ChunkStats
+
+    sinks = sinks or {}
+    for t in rows:
         side: dict[str, list[pa.RecordBatch]] = {name: [] for name in SIDE_TABLES}
         total = ChunkStats()
-        for c in chunks:
+        first_q: tuple[int, str] | None = None
+        for c in _task_chunks(t, ingested_at):
             if emit_log and c.log.num_rows:
                 yield c.log
             for name, part in ((METADATA_CONTROL, c.control), (SNAPSHOT_RECORDS, c.snapshot), (INGEST_QUARANTINE, c.quarantine)):
                 if part.num_rows:
                     side[name].append(part)
+            if c.quarantine.num_rows:
+                qp = c.quarantine.column("source_position").to_pylist()
+                i = min(range(len(qp)), key=qp.__getitem__)
+                if first_q is None or qp[i] < first_q[0]:
+                    first_q = (qp[i], c.quarantine.column("reason_code")[i].as_py())
             s = c.stats
             total.bytes += s.bytes
             total.batches += s.batches
@@ -142,10 +192,16 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
                 total.first_offset = s.first_offset if total.first_offset is None else min(total.first_offset, s.first_offset)
                 total.last_offset = s.last_offset if total.last_offset is None else max(total.last_offset, s.last_offset)
         for name, parts in side.items():
-            if parts:
+            if name in sinks:
+                from kraft_replay.lake.staged import write_staged_arrow
+
+                if parts:
+                    write_staged_arrow(sinks[name], parts, part_id=f"{t['task_id']:06d}")
+            elif parts:
                 _write_side(staging, name, t["task_id"], parts, SIDE_TABLES[name])
         stats = {"task_id": t["task_id"], "bytes": total.bytes, "batches": total.batches, "records": total.records,
-                 "quarantined": total.quarantined, "first_offset": total.first_offset, "last_offset": total.last_offset}
+                 "quarantined": total.quarantined, "first_offset": total.first_offset, "last_offset": total.last_offset,
+                 "q_position": None if first_q is None else first_q[0], "q_reason": None if first_q is None else first_q[1]}
         _write_side(staging, STATS, t["task_id"],
                     [pa.RecordBatch.from_arrays([pa.array([stats[f.name]], f.type) for f in STATS_SCHEMA], schema=STATS_SCHEMA)],
                     STATS_SCHEMA)
@@ -166,14 +222,16 @@ WRITTEN_SCHEMA = StructType([
 ])
 
 
-def _staged_mapper(ingested_at: datetime, staging: str, log_staged) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
-    """Decode tasks and write their ``metadata_log`` rows with pyarrow into ``log_staged`` (a
-    :class:`kraft_replay.lake.staged.StagedWrite`); yield one small row per task (files, rows).
+def _staged_mapper(ingested_at: datetime, staging: str, staged: dict) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Decode tasks and write their rows with pyarrow into staged writes of the lake (``staged``: a
+    :class:`kraft_replay.lake.staged.StagedWrite` per table; ``metadata_log`` required, side tables
+    not named there go to ``staging``); yield one small row per task (files, log rows).
 
     File names derive from the task id, so a retried Spark task overwrites its own files."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kraft_replay.lake.staged import write_staged_arrow
 
+        sides = {k: v for k, v in staged.items() if k != METADATA_LOG}
         for b in batches:
             for t in b.to_pylist():
                 rows = 0
@@ -184,7 +242,7 @@ def _staged_mapper(ingested_at: datetime, staging: str, log_staged) -> Callable[
                         rows += batch.num_rows
                         yield batch
 
-                paths = write_staged_arrow(log_staged, counted(decode_tasks([t], ingested_at, staging, True)),
+                paths = write_staged_arrow(staged[METADATA_LOG], counted(decode_tasks([t], ingested_at, staging, True, sides)),
                                            part_id=f"{t['task_id']:06d}")
                 yield pa.RecordBatch.from_pydict({"task_id": [t["task_id"]], "files": [len(paths)], "rows": [rows]},
                                                  schema=pa.schema([("task_id", pa.int64()), ("files", pa.int64()),
@@ -299,22 +357,33 @@ def run_ingest(
     ingested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)  # ms precision, one value per run
     files, skipped = discover(paths, cluster_id)
     total_bytes = sum(f.size for f in files)
-    say(f"ingest {run_id}: {len(files)} file(s), {total_bytes / 1e6:.1f} MB; checksumming")
-    sums = {f.path: sha256_of(f.path) for f in files}
+    say(f"ingest {run_id}: {len(files)} file(s), {total_bytes / 1e6:.1f} MB; checking what is new")
 
     ensure_bronze_tables(lake)
-    seen = {(r["cluster_id"], r["sha256"]) for r in lake.read(INGEST_FILES).select("cluster_id", "sha256").collect()}
+    counts = _row_counts(lake)
+    seen: set[tuple[str, str]] = set()
+    seen_sizes: set[tuple[str, int]] = set()
+    if counts.get(INGEST_FILES, 1):
+        for r in lake.read(INGEST_FILES).select("cluster_id", "sha256", "size_bytes").collect():
+            seen.add((r["cluster_id"], r["sha256"]))
+            seen_sizes.add((r["cluster_id"], r["size_bytes"]))
+    # A file can repeat an ingested file or another input only if one of them has its cluster and
+    # size: those are checksummed now; the others while they are decoded (the sums name the run's txn).
+    same_size = Counter((f.cluster_id, f.size) for f in files)
+    sums = _Checksums()
+    sums.compute([f for f in files if (f.cluster_id, f.size) in seen_sizes or same_size[(f.cluster_id, f.size)] > 1])
     in_run: dict[tuple[str, str], str] = {}
     todo: list[InputFile] = []
     for f in files:
-        key = (f.cluster_id, sums[f.path])
-        if key in seen:
-            skipped.append((f.path, f"already ingested (same sha256 {key[1][:12]}… for cluster {f.cluster_id})"))
-            continue
-        if key in in_run:
-            skipped.append((f.path, f"same content as {in_run[key]} (sha256 {key[1][:12]}…), ingested once"))
-            continue
-        in_run[key] = f.path
+        if f.path in sums.done:
+            key = (f.cluster_id, sums.done[f.path])
+            if key in seen:
+                skipped.append((f.path, f"already ingested (same sha256 {key[1][:12]}… for cluster {f.cluster_id})"))
+                continue
+            if key in in_run:
+                skipped.append((f.path, f"same content as {in_run[key]} (sha256 {key[1][:12]}…), ingested once"))
+                continue
+            in_run[key] = f.path
         todo.append(f)
     summary = IngestSummary(run_id, skipped=skipped)
     if not todo:
@@ -322,92 +391,26 @@ def run_ingest(
         summary.rows = {t: 0 for t in (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE, INGEST_FILES)}
         say(f"ingest {run_id}: nothing new to ingest")
         return summary
-
-    tasks, walks = plan_tasks(todo, split_bytes)
+    sums.start([f for f in todo if f.path not in sums.done])
     summary.bytes = sum(f.size for f in todo)
-    say(f"ingest {run_id}: decoding {len(todo)} file(s), {summary.bytes / 1e6:.1f} MB in {len(tasks)} task(s)")
-    task_rows = [(t.task_id, t.path, t.source_file, t.file_kind, t.cluster_id, t.start, t.end,
-                  t.snapshot_end_offset, t.snapshot_epoch) for t in tasks]
-    tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
     staging = _staging_dir(lake, run_id)
-    app_id = "kraft-replay-ingest-" + hashlib.sha256(
-        "\n".join(sorted(f"{f.cluster_id}:{sums[f.path]}" for f in todo)).encode()).hexdigest()[:32]
-    log_schema = spark_schema(LOG_SCHEMA)
+
+    def app_id() -> str:
+        done = sums.wait()
+        return "kraft-replay-ingest-" + hashlib.sha256(
+            "\n".join(sorted(f"{f.cluster_id}:{done[f.path]}" for f in todo)).encode()).hexdigest()[:32]
+
     try:
-        if strict:
-            _with_progress(spark, summary.bytes, say, lambda: tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count())
-            q = sum(r["quarantined"] for r in _read_stats(staging))
-            if q:
-                first = spark.read.schema(spark_schema(QUARANTINE_SCHEMA)).parquet(f"{staging}/{INGEST_QUARANTINE}").orderBy(
-                    "source_file", "source_position").select("source_file", "source_position", "reason_code").limit(1).collect()[0]
-                raise IngestError(
-                    f"--strict: {q} range(s) could not be decoded (first: {first['source_file']} "
-                    f"at byte {first['source_position']}: {first['reason_code']}); nothing committed. "
-                    "Re-run without --strict to ingest the valid batches and quarantine the rest"
-                )
-
-        # metadata_log: each (cluster_id, offset) once
-        seg_ranges: dict[str, list[tuple[int, int]]] = {}
-        for f in todo:
-            w = walks.get(f.path)
-            if f.kind is FileKind.SEGMENT and w is not None and w.first_offset is not None:
-                seg_ranges.setdefault(f.cluster_id, []).append((w.first_offset, w.last_offset))
-            elif f.kind is FileKind.DUMP_TEXT:
-                seg_ranges.setdefault(f.cluster_id, []).append((0, 1 << 62))  # unknown range: check all
-        overlap = any(_ranges_overlap(v) for v in seg_ranges.values())
-        existing = None
-        if seg_ranges:
-            cond = None
-            for cid, rs in seg_ranges.items():
-                lo, hi = min(a for a, _ in rs), max(b for _, b in rs)
-                c = ((F.col("cluster_id") == cid)
-                     & F.col("offset_bucket").between(max(lo, 0) // OFFSET_BUCKET_SIZE, hi // OFFSET_BUCKET_SIZE)
-                     & F.col("offset").between(lo, hi))
-                cond = c if cond is None else cond | c
-            existing = lake.read(METADATA_LOG).where(cond).select("cluster_id", "offset")
-            if not existing.limit(1).count():
-                existing = None
-
-        t1 = time.time()
-        if not overlap and existing is None:
-            # Fast path: no offset can repeat, so workers write their decoded Arrow rows straight
-            # to Parquet (pyarrow) in a staged write and the driver commits the files with the txn.
-            log_staged = lake.new_staging(METADATA_LOG)
-            try:
-                written = _with_progress(spark, summary.bytes, say,
-                                         lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, log_staged),
-                                                                     WRITTEN_SCHEMA).collect())
-            except BaseException:
-                lake.abort_staged(log_staged)
-                raise
-            res = lake.commit_staged(log_staged, txn=(app_id, 1))
-            if not res.skipped and res.rows != sum(r["rows"] for r in written):
-                raise IngestError(f"internal: workers wrote {sum(r['rows'] for r in written)} {METADATA_LOG} rows but "
-                                  f"{res.rows} were committed (version {res.version}); check the table's history")
-        else:
-            # Rows may repeat (overlapping inputs, or offsets already in the table): Spark plans the
-            # de-duplication / anti-join and writes through lake.append.
-            log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True), log_schema)
-            if overlap:
-                log_df = log_df.dropDuplicates(["cluster_id", "offset"])
-            if existing is not None:
-                log_df = log_df.join(existing, ["cluster_id", "offset"], "left_anti")
-            # Rows of a task arrive ordered by offset, so each task touches one or two offset buckets:
-            # let the partitioned write keep a writer per bucket open instead of sorting every row.
-            previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
-            spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
-            try:
-                res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id, 1)))
-            finally:
-                spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
-            if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
-                tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count()
-        summary.rows[METADATA_LOG] = 0 if res.skipped else int(res.rows)
-        say(f"  decoded and wrote {METADATA_LOG}: {summary.rows[METADATA_LOG]} rows in {time.time() - t1:.1f}s")
-
-        stats = _read_stats(staging)
+        bounds = _direct_bounds(spark, lake, todo, counts)
+        stats: list[dict] | None = None
+        tasks: list = []
+        if bounds is not None:
+            tasks = plan_ranges(todo, split_bytes)
+            stats = _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, strict, app_id, summary, say)
+        if stats is None:
+            stats, tasks = _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say)
         by_task = {t.task_id: t for t in tasks}
-        results = {f.path: FileResult(f, sums[f.path]) for f in todo}
+        results = {f.path: FileResult(f, "") for f in todo}
         for st in stats:
             r = results[by_task[st["task_id"]].path]
             r.batches += st["batches"]
@@ -416,29 +419,12 @@ def run_ingest(
             if st["first_offset"] is not None:
                 r.first_offset = st["first_offset"] if r.first_offset is None else min(r.first_offset, st["first_offset"])
                 r.last_offset = st["last_offset"] if r.last_offset is None else max(r.last_offset, st["last_offset"])
-        if len(stats) != len(tasks):
-            raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
+        done = sums.wait()
+        for r in results.values():
+            r.sha256 = done[r.file.path]
         summary.files = list(results.values())
         summary.records = sum(r.records for r in summary.files)
         summary.quarantined = sum(r.quarantined for r in summary.files)
-        elapsed = time.time() - t0
-        say(f"ingest {run_id}: {len(summary.files)} file(s), {summary.bytes / 1e6:.1f} MB, {summary.records} records decoded "
-            f"({summary.records / max(elapsed, 1e-9):,.0f} records/s so far), {summary.quarantined} quarantined")
-
-        snap_keys = ["cluster_id", "snapshot_kind", "snapshot_end_offset", "snapshot_epoch", "position_in_snapshot"]
-        ctrl_keys = ["cluster_id", "source_kind", "snapshot_end_offset", "snapshot_epoch", "offset"]
-        clusters = sorted({f.cluster_id for f in todo})
-        for table, keys in ((SNAPSHOT_RECORDS, snap_keys), (METADATA_CONTROL, ctrl_keys), (INGEST_QUARANTINE, None)):
-            t1 = time.time()
-            if not _exists(f"{staging}/{table}"):
-                summary.rows[table] = 0
-                continue
-            df = spark.read.schema(spark_schema(SIDE_TABLES[table])).parquet(f"{staging}/{table}")
-            if keys:
-                df = _anti_join(df.dropDuplicates(keys), lake.read(table).where(F.col("cluster_id").isin(clusters)).select(*keys), keys)
-            res = lake.append(table, df, txn=(app_id, 1))
-            summary.rows[table] = 0 if res.skipped else int(res.rows)
-            say(f"  wrote {table}: {summary.rows[table]} rows in {time.time() - t1:.1f}s")
 
         file_rows = [
             {
@@ -449,13 +435,284 @@ def run_ingest(
             }
             for r in summary.files
         ]
-        files_df = spark.createDataFrame(file_rows, spark_schema(FILES_SCHEMA))
-        res = lake.append(INGEST_FILES, files_df, txn=(app_id, 1))
+        # ingest_files: a few rows, written with pyarrow on the driver and committed with the run's txn
+        files_staged = lake.new_staging(INGEST_FILES)
+        try:
+            write_staged_arrow(files_staged, pa.Table.from_pylist(file_rows, schema=FILES_SCHEMA), part_id="files")
+        except BaseException:
+            lake.abort_staged(files_staged)
+            raise
+        res = lake.commit_staged(files_staged, txn=(app_id(), 1))
         summary.rows[INGEST_FILES] = 0 if res.skipped else len(file_rows)
     finally:
+        sums.wait(raise_errors=False)
         _remove(staging)
     summary.seconds = time.time() - t0
     return summary
+
+
+class _Checksums:
+    """SHA-256 of input files: some computed up front, the rest in a background thread (hashlib
+    releases the GIL) while Spark decodes."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def compute(self, files: list[InputFile]) -> None:
+        for f in files:
+            self.done[f.path] = sha256_of(f.path)
+
+    def start(self, files: list[InputFile]) -> None:
+        if not files:
+            return
+
+        def work() -> None:
+            try:
+                self.compute(files)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
+                self._error = exc
+
+        self._thread = threading.Thread(target=work, name="kraft-ingest-sha256", daemon=True)
+        self._thread.start()
+
+    def wait(self, raise_errors: bool = True) -> dict[str, str]:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None and raise_errors:
+            err, self._error = self._error, None
+            if isinstance(err, OSError):
+                raise IngestError(f"{getattr(err, 'filename', None) or 'an input file'}: cannot read while checksumming "
+                                  f"({err.strerror or err}); check the file and re-run") from None
+            raise err
+        return self.done
+
+
+def _row_counts(lake) -> dict[str, int]:  # noqa: ANN001
+    """Rows per table from the Delta log's file statistics (no Spark job); empty when the backend
+    cannot tell without counting (then every table counts as possibly non-empty)."""
+    if getattr(lake, "backend", None) != "deltars":
+        return {}
+    return {t.name: t.num_rows for t in lake.tables()}
+
+
+_NO_END = 1 << 62
+
+
+def _direct_bounds(spark: SparkSession, lake, todo: list[InputFile], counts: dict[str, int]) -> dict[str, tuple[int, int]] | None:  # noqa: ANN001
+    """Whether workers can write every table straight into staged writes (no row can repeat one
+    already in a table or another input): then the offset bounds of each segment file, else None.
+
+    Without reading the files: a segment's offsets lie between its first batch's base offset and the
+    next first offset among the run's segments of its cluster (the last one is open-ended). Bounds
+    that overlap, or offsets of the table inside them, send the run to the de-duplicating path; the
+    decoded ranges are checked against the bounds before anything is committed. Snapshot rows are
+    keyed by snapshot id: a snapshot id twice in the run, or already in the tables, also de-duplicates.
+    Dump-log text always takes the de-duplicating path (its offsets are known only once parsed)."""
+    if any(f.kind is FileKind.DUMP_TEXT for f in todo):
+        return None
+    firsts: dict[str, list[tuple[int, str]]] = {}
+    snaps: set[tuple[str, str, int, int]] = set()
+    for f in todo:
+        if f.kind is FileKind.SEGMENT:
+            first = first_offset_of(f.path, f.size)
+            if first is not None:
+                firsts.setdefault(f.cluster_id, []).append((first, f.path))
+        elif f.kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP):
+            end = 0 if f.info.end_offset is None else f.info.end_offset
+            epoch = 0 if f.info.epoch is None else f.info.epoch
+            key = (f.cluster_id, f.kind.value, end, epoch)
+            if key in snaps:
+                return None
+            snaps.add(key)
+    bounds: dict[str, tuple[int, int]] = {}
+    cond = None
+    for cid, fs in firsts.items():
+        fs.sort()
+        for (lo, path), nxt in zip(fs, [*fs[1:], None]):
+            hi = _NO_END if nxt is None else nxt[0] - 1
+            if hi < lo:
+                return None  # two segments start at the same offset: they overlap
+            bounds[path] = (lo, hi)
+        lo = fs[0][0]
+        c = (F.col("cluster_id") == cid) & (F.col("offset_bucket") >= max(lo, 0) // OFFSET_BUCKET_SIZE) & (F.col("offset") >= lo)
+        cond = c if cond is None else cond | c
+    if cond is not None and counts.get(METADATA_LOG, 1) and lake.read(METADATA_LOG).where(cond).limit(1).count():
+        return None
+    if snaps:
+        for table, kind_col in ((SNAPSHOT_RECORDS, "snapshot_kind"), (METADATA_CONTROL, "source_kind")):
+            if not counts.get(table, 1):
+                continue
+            c = None
+            for cid, kind, end, epoch in snaps:
+                k = ((F.col("cluster_id") == cid) & (F.col(kind_col) == kind) & (F.col("snapshot_end_offset") == end)
+                     & (F.col("snapshot_epoch") == epoch))
+                c = k if c is None else c | k
+            if lake.read(table).where(c).limit(1).count():
+                return None
+    return bounds
+
+
+def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, strict, app_id, summary, say):  # noqa: ANN001, ANN202, PLR0913
+    """The direct path: one decode job whose tasks write every table's rows with pyarrow into staged
+    writes; the driver commits them in order with the run's txn. Returns the task statistics, or
+    None when a file's decoded offsets left its bounds (nothing committed; the caller de-duplicates)."""
+    say(f"ingest {summary.run_id}: decoding {len(todo)} file(s), {summary.bytes / 1e6:.1f} MB in {len(tasks)} task(s)")
+    task_rows = [(t.task_id, t.path, t.source_file, t.file_kind, t.cluster_id, t.start, t.end,
+                  t.snapshot_end_offset, t.snapshot_epoch, t.aligned, t.file_size) for t in tasks]
+    tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
+    order = (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE)
+    staged = {name: lake.new_staging(name) for name in order}
+    pending = dict(staged)
+
+    def abort_pending() -> None:
+        for st in pending.values():
+            try:
+                lake.abort_staged(st)
+            except Exception:  # noqa: BLE001 - best effort: uncommitted files are invisible and vacuumed
+                pass
+
+    t1 = time.time()
+    try:
+        written = _with_progress(spark, summary.bytes, say,
+                                 lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, staged), WRITTEN_SCHEMA).collect())
+        stats = _read_stats(staging)
+        if len(stats) != len(tasks):
+            raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
+        by_task = {t.task_id: t for t in tasks}
+        for st in stats:
+            b = bounds.get(by_task[st["task_id"]].path)
+            if st["first_offset"] is not None and b is not None and not (b[0] <= st["first_offset"] and st["last_offset"] <= b[1]):
+                abort_pending()
+                say(f"ingest {summary.run_id}: {by_task[st['task_id']].source_file} holds offsets outside "
+                    f"{b[0]}..{b[1]}; decoding again with de-duplication")
+                return None
+        quarantined = [st for st in stats if st["quarantined"]]
+        if strict and quarantined:
+            q = sum(st["quarantined"] for st in quarantined)
+            first = min(quarantined, key=lambda st: (by_task[st["task_id"]].source_file, st["q_position"]))
+            raise IngestError(
+                f"--strict: {q} range(s) could not be decoded (first: {by_task[first['task_id']].source_file} "
+                f"at byte {first['q_position']}: {first['q_reason']}); nothing committed. "
+                "Re-run without --strict to ingest the valid batches and quarantine the rest"
+            )
+        say(f"  decoded {sum(st['records'] for st in stats)} records in {time.time() - t1:.1f}s; committing")
+        for name in order:
+            st = pending.pop(name)
+            res = lake.commit_staged(st, txn=(app_id(), 1))
+            summary.rows[name] = 0 if res.skipped else int(res.rows)
+            if name == METADATA_LOG and not res.skipped and res.rows != sum(r["rows"] for r in written):
+                raise IngestError(f"internal: workers wrote {sum(r['rows'] for r in written)} {METADATA_LOG} rows but "
+                                  f"{res.rows} were committed (version {res.version}); check the table's history")
+        say(f"  wrote {', '.join(f'{k}={v}' for k, v in summary.rows.items())} in {time.time() - t1:.1f}s")
+    except BaseException:
+        abort_pending()
+        raise
+    return stats
+
+
+def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say):  # noqa: ANN001, ANN202, PLR0913
+    """The de-duplicating path (rows may repeat: overlapping inputs, or rows already in the tables):
+    batch-aligned tasks planned by walking the files on the driver, Spark plans the de-duplication /
+    anti-joins and appends through the lake. Returns the task statistics and the tasks."""
+    tasks, walks = plan_tasks(todo, split_bytes)
+    say(f"ingest {summary.run_id}: decoding {len(todo)} file(s), {summary.bytes / 1e6:.1f} MB in {len(tasks)} task(s)")
+    task_rows = [(t.task_id, t.path, t.source_file, t.file_kind, t.cluster_id, t.start, t.end,
+                  t.snapshot_end_offset, t.snapshot_epoch, t.aligned, t.file_size) for t in tasks]
+    tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
+    log_schema = spark_schema(LOG_SCHEMA)
+    _remove(staging)  # a direct attempt that fell back may have left statistics there
+    if strict:
+        _with_progress(spark, summary.bytes, say, lambda: tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count())
+        q = sum(r["quarantined"] for r in _read_stats(staging))
+        if q:
+            first = spark.read.schema(spark_schema(QUARANTINE_SCHEMA)).parquet(f"{staging}/{INGEST_QUARANTINE}").orderBy(
+                "source_file", "source_position").select("source_file", "source_position", "reason_code").limit(1).collect()[0]
+            raise IngestError(
+                f"--strict: {q} range(s) could not be decoded (first: {first['source_file']} "
+                f"at byte {first['source_position']}: {first['reason_code']}); nothing committed. "
+                "Re-run without --strict to ingest the valid batches and quarantine the rest"
+            )
+
+    # metadata_log: each (cluster_id, offset) once
+    seg_ranges: dict[str, list[tuple[int, int]]] = {}
+    for f in todo:
+        w = walks.get(f.path)
+        if f.kind is FileKind.SEGMENT and w is not None and w.first_offset is not None:
+            seg_ranges.setdefault(f.cluster_id, []).append((w.first_offset, w.last_offset))
+        elif f.kind is FileKind.DUMP_TEXT:
+            seg_ranges.setdefault(f.cluster_id, []).append((0, 1 << 62))  # unknown range: check all
+    overlap = any(_ranges_overlap(v) for v in seg_ranges.values())
+    existing = None
+    if seg_ranges:
+        cond = None
+        for cid, rs in seg_ranges.items():
+            lo, hi = min(a for a, _ in rs), max(b for _, b in rs)
+            c = ((F.col("cluster_id") == cid)
+                 & F.col("offset_bucket").between(max(lo, 0) // OFFSET_BUCKET_SIZE, hi // OFFSET_BUCKET_SIZE)
+                 & F.col("offset").between(lo, hi))
+            cond = c if cond is None else cond | c
+        existing = lake.read(METADATA_LOG).where(cond).select("cluster_id", "offset")
+        if not existing.limit(1).count():
+            existing = None
+
+    t1 = time.time()
+    if not overlap and existing is None:
+        # No log offset can repeat (only the side tables need de-duplication): workers write their
+        # decoded Arrow rows straight to Parquet (pyarrow) in a staged write.
+        log_staged = lake.new_staging(METADATA_LOG)
+        try:
+            written = _with_progress(spark, summary.bytes, say,
+                                     lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, {METADATA_LOG: log_staged}),
+                                                                 WRITTEN_SCHEMA).collect())
+        except BaseException:
+            lake.abort_staged(log_staged)
+            raise
+        res = lake.commit_staged(log_staged, txn=(app_id(), 1))
+        if not res.skipped and res.rows != sum(r["rows"] for r in written):
+            raise IngestError(f"internal: workers wrote {sum(r['rows'] for r in written)} {METADATA_LOG} rows but "
+                              f"{res.rows} were committed (version {res.version}); check the table's history")
+    else:
+        # Rows may repeat (overlapping inputs, or offsets already in the table): Spark plans the
+        # de-duplication / anti-join and writes through lake.append.
+        log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True), log_schema)
+        if overlap:
+            log_df = log_df.dropDuplicates(["cluster_id", "offset"])
+        if existing is not None:
+            log_df = log_df.join(existing, ["cluster_id", "offset"], "left_anti")
+        # Rows of a task arrive ordered by offset, so each task touches one or two offset buckets:
+        # let the partitioned write keep a writer per bucket open instead of sorting every row.
+        previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
+        spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
+        try:
+            res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id(), 1)))
+        finally:
+            spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
+        if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
+            tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count()
+    summary.rows[METADATA_LOG] = 0 if res.skipped else int(res.rows)
+    say(f"  decoded and wrote {METADATA_LOG}: {summary.rows[METADATA_LOG]} rows in {time.time() - t1:.1f}s")
+
+    stats = _read_stats(staging)
+    if len(stats) != len(tasks):
+        raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
+
+    snap_keys = ["cluster_id", "snapshot_kind", "snapshot_end_offset", "snapshot_epoch", "position_in_snapshot"]
+    ctrl_keys = ["cluster_id", "source_kind", "snapshot_end_offset", "snapshot_epoch", "offset"]
+    clusters = sorted({f.cluster_id for f in todo})
+    for table, keys in ((SNAPSHOT_RECORDS, snap_keys), (METADATA_CONTROL, ctrl_keys), (INGEST_QUARANTINE, None)):
+        t1 = time.time()
+        if not _exists(f"{staging}/{table}"):
+            summary.rows[table] = 0
+            continue
+        df = spark.read.schema(spark_schema(SIDE_TABLES[table])).parquet(f"{staging}/{table}")
+        if keys:
+            df = _anti_join(df.dropDuplicates(keys), lake.read(table).where(F.col("cluster_id").isin(clusters)).select(*keys), keys)
+        res = lake.append(table, df, txn=(app_id(), 1))
+        summary.rows[table] = 0 if res.skipped else int(res.rows)
+        say(f"  wrote {table}: {summary.rows[table]} rows in {time.time() - t1:.1f}s")
+    return stats, tasks
 
 
 def _staging_dir(lake, run_id: str) -> str:  # noqa: ANN001

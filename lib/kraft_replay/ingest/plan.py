@@ -4,7 +4,12 @@ Rules:
 
 * ``sha256`` of every file is computed by streaming it (constant memory); it makes re-ingest
   idempotent (a file whose ``(cluster_id, sha256)`` is already in ``ingest_files`` is skipped).
-* A segment or snapshot larger than the split size is cut at batch boundaries. The boundaries are
+* :func:`plan_ranges` (the fast path of ingest) does not walk on the driver: it cuts files into equal
+  byte ranges, and the task of a range that does not start the file finds its first batch itself
+  (:func:`first_batch_at_or_after`, the same chain walk with the decoder's stopping rules); a task
+  decodes the batches that *start* in its range, so every batch is decoded by exactly one task.
+* :func:`plan_tasks` (the de-duplicating path) cuts at batch boundaries found on the driver: a
+  segment or snapshot larger than the split size is cut at batch boundaries. The boundaries are
   found by walking the batch chain (facts §1.6): read the 12-byte ``baseOffset + batchLength`` at a
   boundary, jump ``12 + batchLength`` bytes. Reads go through a window buffer, so a file of large
   batches is read only at its headers (seeks), and no file is ever held in memory whole. Where the
@@ -21,16 +26,20 @@ from dataclasses import dataclass
 from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.sources import InputFile, _fs, is_uri
 
-__all__ = ["Task", "Walk", "sha256_of", "walk_batches", "plan_tasks", "DEFAULT_SPLIT_BYTES"]
+__all__ = ["Task", "Walk", "sha256_of", "walk_batches", "plan_tasks", "plan_ranges", "first_batch_at_or_after",
+           "first_offset_of", "DEFAULT_SPLIT_BYTES"]
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 _WINDOW = 1024 * 1024
 _LEN = struct.Struct(">qi")
+_HEAD17 = struct.Struct(">qiib")
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One decode task: bytes ``[start, end)`` of a file (batch-aligned)."""
+    """One decode task: bytes ``[start, end)`` of a file. ``aligned``: both ends are batch boundaries
+    (or the file's end) found by :func:`plan_tasks`; otherwise (:func:`plan_ranges`) the task decodes
+    the batches that start in ``[start, end)``, reading past ``end`` for the last one."""
 
     task_id: int
     path: str
@@ -41,6 +50,8 @@ class Task:
     end: int
     snapshot_end_offset: int | None
     snapshot_epoch: int | None
+    aligned: bool = True
+    file_size: int = -1
 
 
 class _Reader:
@@ -155,6 +166,67 @@ def plan_tasks(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -
             cuts = w.cuts
         edges = [0, *cuts, f.size]
         for a, b in zip(edges, edges[1:]):
-            tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch))
+            tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch, True, f.size))
     return tasks, walks
+
+
+def plan_ranges(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Task]:
+    """Decode tasks for ``files`` without reading them: a binary file larger than ``split_bytes`` is
+    cut into equal byte ranges (not batch-aligned; see the module doc). Dump-log text is one task."""
+    tasks: list[Task] = []
+    for f in files:
+        kind = f.kind
+        end_off = f.info.end_offset if kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP) else None
+        epoch = f.info.epoch if kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP) else None
+        n = 1 if kind is FileKind.DUMP_TEXT else max(1, -(-f.size // max(1, split_bytes)))
+        edges = [f.size * i // n for i in range(n + 1)]
+        for a, b in zip(edges, edges[1:]):
+            if a < b or f.size == 0:
+                tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch,
+                                  n == 1, f.size))
+    return tasks
+
+
+def first_batch_at_or_after(path: str, size: int, target: int) -> int | None:
+    """The first batch boundary at or after ``target`` on the chain from byte 0, or None when the
+    chain ends before ``target`` (the decoder stops there: a tail of 17 bytes or fewer, a batch length
+    below 14, or below 49 with magic 2, or a batch running past the end of the file; facts §1.6). The
+    task whose range holds that end quarantines the rest of the file."""
+    if target <= 0:
+        return 0
+    r = _Reader(path)
+    try:
+        win = b""
+        win_start = 0
+        pos = 0
+        unpack = _HEAD17.unpack_from
+        while pos < target:
+            if size - pos <= 17:
+                return None
+            rel = pos - win_start
+            if rel + 17 > len(win):
+                win_start = pos
+                win = r.read_at(min(_WINDOW, size - pos), pos)
+                rel = 0
+                if len(win) < 17:
+                    return None
+            _base, length, _epoch, magic = unpack(win, rel)
+            if length < 14 or (magic == 2 and length < 49) or 12 + length > size - pos:
+                return None
+            pos += 12 + length
+        return pos
+    finally:
+        r.close()
+
+
+def first_offset_of(path: str, size: int) -> int | None:
+    """Base offset of a file's first batch (None if the file is too short to hold a batch header)."""
+    if size <= 17:
+        return None
+    r = _Reader(path)
+    try:
+        head = r.read_at(8, 0)
+    finally:
+        r.close()
+    return struct.unpack(">q", head)[0] if len(head) == 8 else None
 

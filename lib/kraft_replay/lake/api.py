@@ -109,12 +109,15 @@ class Lake:
 
         return _staged.new_staging(self._impl, _valid_name(name))
 
-    def commit_staged(self, staged: "StagedWrite", txn: tuple[str, int] | None = None) -> CommitResult:
-        """Commit every Parquet file of ``staged`` in one append (schema-checked, footer stats, optional
-        txn; a repeat of a committed txn is skipped and its files deleted). See ``lake.staged``."""
+    def commit_staged(self, staged: "StagedWrite", txn: tuple[str, int] | None = None,
+                      replace_where: str | None = None) -> CommitResult:
+        """Commit every Parquet file of ``staged`` in one commit (schema-checked, footer stats, optional
+        txn; a repeat of a committed txn is skipped and its files deleted). An append, or with
+        ``replace_where`` (partition columns only) an overwrite of the matching partitions in the
+        same commit. See ``lake.staged``."""
         from kraft_replay.lake import staged as _staged
 
-        return _staged.commit_staged(self._impl, _staged.check_staged(staged), txn)
+        return _staged.commit_staged(self._impl, _staged.check_staged(staged), txn, replace_where)
 
     def abort_staged(self, staged: "StagedWrite") -> None:
         """Drop an uncommitted staged write (its files were never visible)."""

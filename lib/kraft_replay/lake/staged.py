@@ -348,14 +348,20 @@ def _location(backend, name: str) -> _files.Location:  # noqa: ANN001
     return backend.location(name) if backend.name == "deltars" else backend.root.child(name)
 
 
-def commit_staged(backend, staged: StagedWrite, txn: tuple[str, int] | None = None):  # noqa: ANN001, ANN201
-    """Commit the files of ``staged`` in one Delta commit (see the module docstring for the rule)."""
+def commit_staged(backend, staged: StagedWrite, txn: tuple[str, int] | None = None,  # noqa: ANN001, ANN201
+                  replace_where: str | None = None):
+    """Commit the files of ``staged`` in one Delta commit (see the module docstring for the rule);
+    with ``replace_where`` the files of the matching partitions are removed in that same commit."""
     if backend.name == "deltars":
-        return _commit_deltars(backend, staged, txn)
-    return _commit_by_copy(backend, staged, txn)
+        return _commit_deltars(backend, staged, txn, replace_where)
+    return _commit_by_copy(backend, staged, txn, replace_where)
 
 
-def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None):  # noqa: ANN001, ANN202
+def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  # noqa: ANN001, ANN202
+                    replace_where: str | None = None):
+    import time
+
+    from deltalake import transaction as _tx
     from deltalake.exceptions import CommitFailedError
 
     from kraft_replay.lake.deltars import _OP_RETRIES, CommitResult
@@ -372,21 +378,35 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None): 
         if list(snap.partition_by) != list(staged.partition_by):
             raise SchemaMismatchError(f"table {name!r} is partitioned by {snap.partition_by}, the staged write by "
                                       f"{list(staged.partition_by)}; start a new staged write (nothing was committed)")
+        if replace_where is not None:
+            backend._check_partition_predicate(snap, replace_where)
         data_schema = StructType([f for f in snap.schema.fields if f.name not in snap.partition_by])
         found = staged_files(staged, loc)
         check_file_schemas(staged, loc, found, data_schema)
         adds = _files.add_actions_for(loc, found, data_schema, snap.partition_by)
         backend._check_not_null(snap, adds)
-        if not adds and txn is None:
+        if replace_where is not None and adds:
+            outside = backend._not_matching(snap, [a.partition_values for a, _ in adds], replace_where)
+            if outside:
+                raise InvalidArgumentError(
+                    f"table {name!r}: staged commit with replace_where={replace_where!r} has files in partition "
+                    f"{outside[0]} that the predicate does not match; write only matching rows (nothing was committed)")
+        if not adds and txn is None and replace_where is None:
             _files.delete_staging(loc, staged.staging)
             return CommitResult(name, None)
         for attempt in range(_OP_RETRIES):
             if backend._txn_done(snap.table, txn):
                 _files.delete_staging(loc, staged.staging)
                 return CommitResult(name, None, skipped=True)
+            removes = []
+            if replace_where is not None:
+                now = int(time.time() * 1000)
+                removes = [_tx.RemoveAction(f.path, True, now, f.size, f.partition_values)
+                           for f in backend._matching(snap, replace_where)]
             try:
-                version = backend._commit(name, snap, [a for a, _ in adds], txn, "WRITE")
-                return CommitResult(name, version, len(adds), sum(n for _, n in adds), 0)
+                version = backend._commit(name, snap, [a for a, _ in adds] + removes, txn,
+                                          "WRITE" if replace_where is None else "OVERWRITE")
+                return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
             except CommitFailedError as exc:
                 if attempt == _OP_RETRIES - 1:
                     raise CommitConflictError(
@@ -399,8 +419,11 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None): 
     raise AssertionError("unreachable")
 
 
-def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None):  # noqa: ANN001, ANN202
-    """delta-spark: read the staged files with Spark, append them with the txn, delete the staging dir."""
+def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None,  # noqa: ANN001, ANN202
+                    replace_where: str | None = None):
+    """delta-spark: read the staged files with Spark, append (or overwrite ``replace_where``) them with
+    the txn, delete the staging dir."""
+    mode = "append" if replace_where is None else "overwrite"
     name = staged.table
     loc = backend.root.child(name)
     try:
@@ -409,10 +432,11 @@ def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None): 
         found = staged_files(staged, loc)
         check_file_schemas(staged, loc, found, data_schema)
         if not found:
-            return backend.write(name, backend.spark.createDataFrame([], schema), mode="append", txn=txn)
+            return backend.write(name, backend.spark.createDataFrame([], schema), mode=mode,
+                                 replace_where=replace_where, txn=txn)
         df = (backend.spark.read.schema(schema).option("basePath", f"{loc.spark_path}/{staged.staging}")
               .parquet(*[f"{loc.spark_path}/{fi.path[len(loc.fs_path.rstrip('/')) + 1:]}" for fi in found])
               .select(*schema.fieldNames()))
-        return backend.write(name, df, mode="append", txn=txn)
+        return backend.write(name, df, mode=mode, replace_where=replace_where, txn=txn)
     finally:
         _files.delete_staging(loc, staged.staging)
