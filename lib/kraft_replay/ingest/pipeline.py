@@ -2,26 +2,30 @@
 
 Steps (each a rule of issue 3 / docs/design.md):
 
-1. Discover the input files (:mod:`.sources`), checksum them; a file whose ``(cluster_id, sha256)``
-   is already in ``ingest_files`` (or repeats within the run) is skipped: re-ingest is a no-op.
-2. Plan batch-aligned byte-range tasks (:mod:`.plan`); workers read their ranges themselves.
-3. Each offset once: the offset ranges from the chain walk decide whether log rows can repeat
-   (overlapping input files, or offsets the table already holds); only then is a de-duplication /
-   anti-join on ``(cluster_id, offset)`` added to the plan. Snapshot and control rows are always
-   keyed by snapshot id and position.
-4. One decode pass with ``mapInArrow``. When no log offset can repeat (step 3 found no overlap and
-   no rows already in the table), each task writes its ``metadata_log`` rows itself with pyarrow
-   into a staged write of the lake (``Lake.new_staging`` / ``write_staged_arrow``) and returns one
-   small row; the driver commits the files with ``Lake.commit_staged`` and the run's txn. Otherwise
-   the log rows stream back into Spark, which de-duplicates and appends them. Each task also writes
-   its small outputs (control, snapshot and quarantine rows, one statistics row) as Parquet files
-   into a run staging dir under the lake root, which the driver then appends through the lake.
-   Nothing is collected to the driver except the per-task statistics rows.
-5. ``--strict``: a first decode pass writes only the side outputs; any quarantine aborts before
-   anything is committed.
-6. ``metadata_log`` is appended first, then ``snapshot_records``, ``metadata_control``,
-   ``ingest_quarantine`` and ``ingest_files`` last, each with a Delta txn ``(app_id, 1)`` derived from
-   the run's file set, so a re-run after a crash does not append twice.
+1. Discover the input files (:mod:`.sources`). Re-ingest is a no-op: a file whose
+   ``(cluster_id, sha256)`` is already in ``ingest_files`` (or repeats within the run) is skipped.
+   Only a file sharing its cluster and size with an ingested file or another input can repeat one,
+   so only those are checksummed before decoding; the others are hashed in a driver thread while
+   Spark decodes (their sums name the run's txn and fill ``ingest_files``).
+2. Direct path (nothing can repeat; :func:`_direct_bounds`): no segment's offset bounds (its first
+   base offset .. the next segment's) overlap another's or rows already in ``metadata_log``, and no
+   snapshot id repeats or is already in the tables. Files are cut into equal byte ranges without
+   reading them (:func:`kraft_replay.ingest.plan.plan_ranges`); each task finds its first batch on
+   the chain itself and decodes the batches that start in its range. One decode pass writes every
+   table's rows with pyarrow into staged writes of the lake (``Lake.new_staging`` /
+   ``write_staged_arrow``); the driver checks the decoded offset ranges against the bounds (outside
+   them: abort everything and take step 3), then commits ``metadata_log``, ``snapshot_records``,
+   ``metadata_control``, ``ingest_quarantine`` with ``Lake.commit_staged``. ``--strict``: any
+   quarantined range aborts every staged write before anything is committed.
+3. De-duplicating path (:func:`_ingest_dedup`): batch-aligned tasks from a chain walk on the driver
+   (:mod:`.plan`); a de-duplication / anti-join on ``(cluster_id, offset)`` where the walked offset
+   ranges overlap or the table holds some of them, else the log rows are still written by the
+   workers into a staged write; the side tables are written by the tasks into a run staging dir and
+   appended through Spark with de-duplication by snapshot id and position. ``--strict``: a first
+   decode pass writes only the side outputs; any quarantine aborts before anything is committed.
+4. ``ingest_files`` is written last (pyarrow on the driver, a staged write). Every commit carries
+   the Delta txn ``(app_id, 1)`` derived from the run's file set, so a re-run after a crash does not
+   append twice. Nothing is collected to the driver except the per-task statistics rows.
 """
 
 from __future__ import annotations
