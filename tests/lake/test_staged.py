@@ -189,3 +189,17 @@ def test_copy_commit_used_by_delta_spark_backend(spark, lake, events_table):
     write_staged_arrow(again, arrow_events(0, 300), part_id=0)
     assert staged_mod._commit_by_copy(lake._impl, again, ("copy-job", 1)).skipped
     assert lake.read(events_table).count() == 300
+
+
+def test_dictionary_encoding_only_for_string_columns(lake, events_table):
+    import pyarrow.parquet as pq
+
+    staged = lake.new_staging(events_table)
+    paths = write_staged_arrow(staged, arrow_events(0, 400, parts=1), part_id=0)
+    meta = pq.ParquetFile(paths[0], filesystem=staged.filesystem()).metadata
+    encodings = {meta.row_group(0).column(i).path_in_schema: set(meta.row_group(0).column(i).encodings)
+                 for i in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" in encodings["name"]
+    assert not any("DICTIONARY" in e for e in encodings["id"] | encodings["at"])
+    lake.commit_staged(staged)
+    assert lake.read(events_table).count() == 400

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from kraft_replay.codec.arrow import LOG_SCHEMA, OFFSET_BUCKET_SIZE
+from kraft_replay.codec.arrow_json import record_json_arrow
 from kraft_replay.codec.jsonfmt import to_dump_json
 from kraft_replay.codec.schema import RECORD_TYPES
 from kraft_replay.generate import log as L
@@ -72,12 +73,16 @@ def widen_flat_batch(batch: pa.RecordBatch, cluster_id: str, source_file: str,
         "source_file": pa.array(np.full(n, source_file, dtype=object), pa.string()) if n else pa.array([], pa.string()),
         "source_position": given["batch_base_offset"],
     }
+    structs = {name: _struct_from_flat(schema.field(name), parts, api_key, n)
+               for name, parts in flat.items() if name in schema.names}
+    if "payload_json" not in given:
+        derived["payload_json"] = payload_json_arrow(api_key, given["record_version"], structs, n)
     cols = []
     for f in schema:
         if f.name in given:
             col = given[f.name]
-        elif f.name in flat:
-            col = _struct_from_flat(f, flat.pop(f.name), api_key, n)
+        elif f.name in structs:
+            col = structs[f.name]
         elif f.name in derived:
             col = derived[f.name]
         else:
@@ -85,10 +90,24 @@ def widen_flat_batch(batch: pa.RecordBatch, cluster_id: str, source_file: str,
         if not col.type.equals(f.type):
             col = col.cast(f.type)
         cols.append(col)
-    unknown = sorted(set(given) - set(schema.names)) + sorted(flat)
+    unknown = sorted(set(given) - set(schema.names)) + sorted(set(flat) - set(structs))
     if unknown:
         raise ValueError(f"metadata_log: generated column {unknown[0]!r} is not in the bronze schema")
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def payload_json_arrow(api_key: pa.Array, version: pa.Array, structs: dict[str, pa.Array], n: int) -> pa.Array:
+    """``payload_json`` of every row from its payload struct column (:mod:`kraft_replay.codec.arrow_json`)."""
+    combo = pc.add(pc.multiply(api_key.cast(pa.int64()), 1 << 16), version.cast(pa.int64()))
+    out = pa.nulls(n, pa.string())
+    for c in pc.unique(combo).to_pylist():
+        if c is None:
+            continue
+        k, v = c >> 16, c & 0xFFFF
+        column = RECORD_TYPES[k].column if k in RECORD_TYPES and RECORD_TYPES[k].has_body else None
+        text = record_json_arrow(k, v, structs.get(column) if column else None, length=n)
+        out = pc.if_else(pc.equal(combo, c), text, out)
+    return out
 
 
 def _struct_from_flat(field: pa.Field, parts: dict[str, pa.Array], api_key: pa.Array, n: int) -> pa.StructArray:

@@ -141,6 +141,26 @@ def _split_by_partition(batch: pa.RecordBatch, partition_by: tuple[str, ...]) ->
         yield tuple(k[c] for c in partition_by), table.filter(pc.fill_null(mask, False))
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Parquet leaf paths of the string columns (nested ones included): the only columns written
+    with dictionary encoding. Numeric columns of these tables are mostly distinct values (offsets,
+    times, ids), where trying a dictionary costs write time and ends up larger than plain zstd."""
+    out: list[str] = []
+
+    def walk(fields: Iterable[pa.Field], prefix: str) -> None:
+        for f in fields:
+            path, t = prefix + f.name, f.type
+            while pa.types.is_list(t) or pa.types.is_large_list(t):
+                t, path = t.value_type, path + ".list.element"
+            if pa.types.is_struct(t):
+                walk(list(t), path + ".")
+            elif pa.types.is_string(t) or pa.types.is_large_string(t):
+                out.append(path)
+
+    walk(schema, "")
+    return out
+
+
 class _FileWriter:
     """One open Parquet file of a partition: buffers rows into row groups, rolls at ``target_file_rows``."""
 
@@ -164,7 +184,7 @@ class _FileWriter:
         # file of a killed worker is never listed as data.
         self.tmp = f"{self.directory}/.{name}.tmp" if self.local else self.final
         self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd",
-                                       write_statistics=True, use_dictionary=True)
+                                       write_statistics=True, use_dictionary=dictionary_columns(self.schema))
         self.rows_in_file = 0
 
     def _close_file(self) -> None:
