@@ -72,7 +72,9 @@ def metadata_requests(spark: SparkSession, plan: Plan) -> DataFrame:
     df = df.withColumn("client", client)
     df = locate(spark, plan, df, "t_ms")
     brokers = F.array(*[F.lit(b) for b in sc.broker_ids])
-    live = F.filter(brokers, lambda b: ~F.array_contains(F.coalesce(F.col("seg_down"), F.array().cast("array<int>")), b))
+    # the brokers up in that stretch, in broker order (array_except keeps the first array's order; the
+    # broker ids are distinct) — a codegen'd expression, unlike a filter lambda
+    live = F.array_except(brokers, F.coalesce(F.col("seg_down"), F.array().cast("array<int>")))
     least_loaded = unit_hash(seed, "routing", F.col("client")) < F.lit(cfg.least_loaded_fraction)
     period = (F.col("t_ms") / F.lit(60_000)).cast("long")
     pick = F.when(least_loaded, F.xxhash64(F.lit(seed), F.lit("ll"), F.col("client"), period)) \
@@ -112,17 +114,15 @@ def leader_history(log: DataFrame) -> DataFrame:
     Assumes one PartitionRecord per (topic id, partition), which holds for generated logs.
     Columns: ``topic_id``, ``partition_id``, ``change_ms`` long, ``offset``, ``leader`` int, ``leader_epoch`` int.
     """
-    pr = log.where(F.col("api_key") == 3).select(
-        F.col("partition.topic_id").alias("topic_id"), F.col("partition.partition_id").alias("partition_id"),
-        "offset", "append_time", F.col("partition.leader").alias("leader"),
-        F.col("partition.leader_epoch").alias("base_epoch"))
-    pc = log.where((F.col("api_key") == 5) & (F.col("partition_change.leader") != -2)).select(
-        F.col("partition_change.topic_id").alias("topic_id"),
-        F.col("partition_change.partition_id").alias("partition_id"),
-        "offset", "append_time", F.col("partition_change.leader").alias("leader"),
-        F.lit(None).cast("int").alias("base_epoch"))
+    # one scan of the log: PartitionRecords and the PartitionChangeRecords that change the leader
+    is_pr = F.col("api_key") == 3
+    p, c = F.col("partition"), F.col("partition_change")
+    both = log.where(is_pr | ((F.col("api_key") == 5) & (c.leader != -2))).select(
+        F.when(is_pr, p.topic_id).otherwise(c.topic_id).alias("topic_id"),
+        F.when(is_pr, p.partition_id).otherwise(c.partition_id).alias("partition_id"),
+        "offset", "append_time", F.when(is_pr, p.leader).otherwise(c.leader).alias("leader"),
+        F.when(is_pr, p.leader_epoch).alias("base_epoch"))
     w = Window.partitionBy("topic_id", "partition_id").orderBy("offset")
-    both = pr.unionByName(pc)
     return both.select(
         "topic_id", "partition_id", "offset", "leader",
         F.unix_millis(F.col("append_time")).alias("change_ms"),

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -58,6 +59,29 @@ TABLES: dict[str, tuple[StructType, list[str]]] = {
     "feature_update_requests": (FEATURE_UPDATE_REQUESTS_SCHEMA, ["cluster_id"]),
     "scenario_events": (SCENARIO_EVENTS_SCHEMA, ["cluster_id"]),
 }
+
+
+# Session settings while the derived tables are written. Their stages fuse many closed-form
+# expressions (locate's bulk layout, per-window cases, hashes) into one whole-stage-codegen method;
+# above the JVM's JIT limit (8000 bytes of bytecode) that method runs interpreted, several times
+# slower, so such a stage falls back to per-operator code instead.
+DERIVED_CONF = {"spark.sql.codegen.hugeMethodLimit": "8000"}
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Set ``conf`` on the session for the block, then restore the previous values."""
+    previous = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 @dataclass
@@ -99,8 +123,8 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
     for name, (schema, parts) in TABLES.items():
         lake.create_table(name, schema, partition_by=parts)
 
-    def write(name: str, df: DataFrame) -> None:
-        t = time.time()
+    def write(name: str, df: DataFrame, started: float | None = None) -> None:
+        t = time.time() if started is None else started
         lake.overwrite(name, df, replace_where=where)
         res.seconds[name] = time.time() - t
         progress(f"wrote {name} in {res.seconds[name]:.1f}s")
@@ -110,25 +134,27 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
     write_metadata_log(spark, lake, plan, where, progress=progress)
     res.seconds["metadata_log"] = time.time() - t
     progress(f"wrote metadata_log in {res.seconds['metadata_log']:.1f}s")
-    log = lake.read("metadata_log", where=where)
-    # snapshots: data records from the log's state, control rows for header/footer
-    snaps = [bootstrap_records(spark, plan)]
-    points = [(0, 0, "bootstrap", len(plan.bootstrap_records), scenario.start_ms)]
-    for sp in plan.snapshots:
-        df, n = snapshot_records(spark, plan, log, sp)
-        snaps.append(df)
-        points.append((sp.end_offset, sp.epoch, "snapshot", n, sp.last_contained_ms))
-    snap_df = snaps[0]
-    for d in snaps[1:]:
-        snap_df = snap_df.unionByName(d)
-    write("snapshot_records", snap_df)
-    control = pa.concat_tables([L.log_control_table(plan), snapshot_control_table(plan, points)]).combine_chunks()
-    write("metadata_control", spark.createDataFrame(control))
-    write("scenario_events", scenario_events(spark, plan))
-    write("feature_update_requests", feature_update_requests(spark, plan))
-    write("broker_progress", broker_progress(spark, plan))
-    write("metadata_requests", metadata_requests(spark, plan))
-    write("produce_requests", produce_requests(spark, plan, log))
+    with session_conf(spark, DERIVED_CONF):
+        log = lake.read("metadata_log", where=where)
+        # snapshots: data records from the log's state, control rows for header/footer
+        t_snap = time.time()
+        snaps = [bootstrap_records(spark, plan)]
+        points = [(0, 0, "bootstrap", len(plan.bootstrap_records), scenario.start_ms)]
+        for sp in plan.snapshots:
+            df, n = snapshot_records(spark, plan, log, sp)
+            snaps.append(df)
+            points.append((sp.end_offset, sp.epoch, "snapshot", n, sp.last_contained_ms))
+        snap_df = snaps[0]
+        for d in snaps[1:]:
+            snap_df = snap_df.unionByName(d)
+        write("snapshot_records", snap_df, started=t_snap)   # the partition state's first pass runs eagerly
+        control = pa.concat_tables([L.log_control_table(plan), snapshot_control_table(plan, points)]).combine_chunks()
+        write("metadata_control", spark.createDataFrame(control))
+        write("scenario_events", scenario_events(spark, plan))
+        write("feature_update_requests", feature_update_requests(spark, plan))
+        write("broker_progress", broker_progress(spark, plan))
+        write("metadata_requests", metadata_requests(spark, plan))
+        write("produce_requests", produce_requests(spark, plan, log))
     if segments_out:
         from kraft_replay.generate.segments import write_segments
 

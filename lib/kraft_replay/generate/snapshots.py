@@ -24,6 +24,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kraft_replay.codec.arrow import OFFSET_BUCKET_SIZE
 from kraft_replay.codec.arrow_payload import PAYLOAD_FIELDS, build_payload_columns
 from kraft_replay.codec.records import MetadataRecord
 from kraft_replay.codec.schema import RECORD_TYPES, ZERO_UUID
@@ -91,14 +92,25 @@ def _head_records(plan: Plan, snap: SnapshotPoint) -> tuple[list[MetadataRecord]
     return head, tail
 
 
+ARRAY_FIELDS = ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr")
+
+
 def partition_state(log: DataFrame, end_offset: int) -> DataFrame:
     """Per partition, its registration after every record below ``end_offset`` (rule in the module doc).
 
     Columns: ``topic_id``, ``partition_id``, ``replicas``, ``isr``, ``removing_replicas``,
     ``adding_replicas``, ``leader``, ``leader_epoch``, ``partition_epoch``, ``eligible_leader_replicas``,
     ``last_known_elr``.
+
+    Mechanism: "last non-null value" of an array cannot be hash-aggregated (Spark sorts every row for
+    it), so a first pass hash-aggregates the fixed-width parts over all rows — the leader, the epoch
+    counts and, per array field, the offset of its last non-null value — and a second pass takes the
+    arrays from only the rows at those offsets (a broadcast semi-join: at most a few per partition,
+    reading only the offset buckets that hold them).
     """
-    rows = log.where((F.col("offset") < end_offset) & F.col("api_key").isin(3, 5))
+    bucket_max = max(end_offset - 1, 0) // OFFSET_BUCKET_SIZE
+    rows = log.where((F.col("offset") < end_offset) & (F.col("offset_bucket") <= bucket_max)
+                     & F.col("api_key").isin(3, 5))
     is_pr = F.col("api_key") == 3
     p, c = F.col("partition"), F.col("partition_change")
 
@@ -106,28 +118,42 @@ def partition_state(log: DataFrame, end_offset: int) -> DataFrame:
         v = F.when(is_pr, p.getField(field)).otherwise(c.getField(field))
         return v
 
-    sel = rows.select(
-        F.coalesce(p.topic_id, c.topic_id).alias("topic_id"),
-        F.coalesce(p.partition_id, c.partition_id).alias("partition_id"),
-        "offset",
+    keys = [F.coalesce(p.topic_id, c.topic_id).alias("topic_id"),
+            F.coalesce(p.partition_id, c.partition_id).alias("partition_id")]
+    cheap = rows.select(
+        *keys, "offset",
         is_pr.alias("is_pr"),
-        *[pick(f).alias(f) for f in ("replicas", "isr", "removing_replicas", "adding_replicas",
-                                     "eligible_leader_replicas", "last_known_elr")],
+        *[pick(f).isNotNull().alias(f"has_{f}") for f in ARRAY_FIELDS],
         F.when(is_pr, p.leader).when(c.leader != -2, c.leader).alias("leader"),
         F.when(is_pr, p.leader_epoch).alias("base_leader_epoch"),
         F.when(is_pr, p.partition_epoch).alias("base_partition_epoch"),
         (~is_pr & (c.leader != -2)).alias("leader_change"),
     )
+    scalars = cheap.groupBy("topic_id", "partition_id").agg(
+        F.max_by(F.col("leader"), F.when(F.col("leader").isNotNull(), F.col("offset"))).alias("leader"),
+        (F.max("base_leader_epoch") + F.sum(F.col("leader_change").cast("int"))).cast("int").alias("leader_epoch"),
+        (F.max("base_partition_epoch") + F.sum((~F.col("is_pr")).cast("int"))).cast("int").alias("partition_epoch"),
+        *[F.max(F.when(F.col(f"has_{f}"), F.col("offset"))).alias(f"at_{f}") for f in ARRAY_FIELDS],
+    )
+    # a few rows per partition: fetched once, the offsets to look up broadcast from the driver
+    spark = log.sparkSession
+    fixed = scalars.toArrow()
+    scalars = spark.createDataFrame(fixed)
+    at = set()
+    for f in ARRAY_FIELDS:
+        at.update(v for v in fixed.column(f"at_{f}").to_pylist() if v is not None)
+    needed = spark.createDataFrame([(v,) for v in sorted(at)] or [(-1,)], "offset long")
+    buckets = sorted({v // OFFSET_BUCKET_SIZE for v in at}) or [-1]    # prunes the second scan's files
+    arrays = rows.where(F.col("offset_bucket").isin(buckets)).join(F.broadcast(needed), "offset", "left_semi").select(
+        *keys, "offset", *[pick(f).alias(f) for f in ARRAY_FIELDS])
 
     def last(col: str) -> Column:
         return F.max_by(F.col(col), F.when(F.col(col).isNotNull(), F.col("offset"))).alias(col)
 
-    return sel.groupBy("topic_id", "partition_id").agg(
-        *[last(x) for x in ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas",
-                            "last_known_elr", "leader")],
-        (F.max("base_leader_epoch") + F.sum(F.col("leader_change").cast("int"))).cast("int").alias("leader_epoch"),
-        (F.max("base_partition_epoch") + F.sum((~F.col("is_pr")).cast("int"))).cast("int").alias("partition_epoch"),
-    )
+    arrays = arrays.groupBy("topic_id", "partition_id").agg(*[last(f) for f in ARRAY_FIELDS])
+    return scalars.join(arrays, ["topic_id", "partition_id"], "left").select(
+        "topic_id", "partition_id", *ARRAY_FIELDS[:2], *ARRAY_FIELDS[2:4], *ARRAY_FIELDS[4:], "leader",
+        "leader_epoch", "partition_epoch")
 
 
 def _position_expr(pos: F.Column) -> Column:

@@ -42,11 +42,6 @@ def broker_progress(spark: SparkSession, plan: Plan) -> DataFrame:
     end = sc.start_ms + sc.duration_ms
     n_samples = max(1, (end - start) // interval)
     brokers = sc.broker_ids
-    windows = spark.createDataFrame(
-        [(w.broker_id, w.kind, w.start_ms, w.end_ms, w.value) for w in plan.windows] or [(-1, "none", 0, 0, -1)],
-        "w_broker int, w_kind string, w_start long, w_end long, w_value long")
-    win_arrays = windows.groupBy("w_broker").agg(
-        F.collect_list(F.struct("w_kind", "w_start", "w_end", "w_value")).alias("wins"))
     snaps = {s.end_offset: s.last_contained_ms for s in plan.snapshots}
     snap_time = F.create_map(*[x for k, v in snaps.items() for x in (F.lit(k), F.lit(v))]) if snaps else None
 
@@ -57,33 +52,42 @@ def broker_progress(spark: SparkSession, plan: Plan) -> DataFrame:
         .withColumn("i", F.floor(F.col("id") / len(brokers)).cast("long"))
         .withColumn("observed_ms", F.lit(start) + F.col("i") * interval
                     + (F.abs(F.xxhash64(F.lit(sc.seed), F.lit("phase"), F.col("broker_id"))) % interval))
-        .join(F.broadcast(win_arrays), F.col("broker_id") == F.col("w_broker"), "left")
     )
-    inside = lambda kind: F.filter(  # noqa: E731 - small local helper
-        F.coalesce(F.col("wins"), F.array().cast("array<struct<w_kind:string,w_start:long,w_end:long,w_value:long>>")),
-        lambda w: (w["w_kind"] == kind) & (w["w_start"] <= F.col("observed_ms")) & (F.col("observed_ms") < w["w_end"]))
     lag_median = cfg.lag.median_ms
     alpha = cfg.lag.tail_alpha
     xm = lag_median / (2 ** (1 / alpha))
     u = unit_hash(sc.seed, "lag", F.col("broker_id"), F.col("i"))
     stall = unit_hash(sc.seed, "stall", F.col("broker_id"), F.col("i")) < F.lit(cfg.lag.stall_probability)
     lag = F.least(F.lit(xm) * F.pow(u, F.lit(-1.0 / alpha)), F.lit(600_000.0)) + F.when(stall, F.lit(cfg.lag.stall_ms)).otherwise(0.0)
-    frozen = inside("frozen")
-    downs = inside("down")
-    loading = inside("snapshot_load")
-    freeze_at = F.get(frozen, 0)["w_start"]
+    # The windows are few and known here: literal CASE / boolean expressions per window (codegen'd),
+    # the first matching window of a kind in plan order, as before.
+    obs, bid = F.col("observed_ms"), F.col("broker_id")
+
+    def first_inside(kind: str, value) -> Column:  # noqa: ANN001 - picks a long from a plan Window
+        out: Column | None = None
+        for w in plan.windows:
+            if w.kind != kind:
+                continue
+            cond = (bid == F.lit(w.broker_id)) & (F.lit(w.start_ms) <= obs) & (obs < F.lit(w.end_ms))
+            out = F.when(cond, F.lit(value(w)).cast("long")) if out is None else out.when(cond, F.lit(value(w)).cast("long"))
+        return out if out is not None else F.lit(None).cast("long")
+
+    freeze_at = first_inside("frozen", lambda w: w.start_ms)
+    is_down = first_inside("down", lambda w: 1).isNotNull()
+    load_value = first_inside("snapshot_load", lambda w: w.value)
     freeze_lag = F.lit(xm) * F.pow(unit_hash(sc.seed, "freeze", F.col("broker_id"), freeze_at), F.lit(-1.0 / alpha))
-    target = F.when(F.size(frozen) > 0, freeze_at - 1 - F.least(freeze_lag, F.lit(5000.0)).cast("long")) \
+    target = F.when(freeze_at.isNotNull(), freeze_at - 1 - F.least(freeze_lag, F.lit(5000.0)).cast("long")) \
         .otherwise(F.col("observed_ms") - lag.cast("long"))
     # one process life per restart: the number of down windows that ended before the sample
-    life = F.size(F.filter(
-        F.coalesce(F.col("wins"), F.array().cast("array<struct<w_kind:string,w_start:long,w_end:long,w_value:long>>")),
-        lambda w: (w["w_kind"] == "down") & (w["w_end"] <= F.col("observed_ms"))))
+    life = F.lit(0)
+    for w in plan.windows:
+        if w.kind == "down":
+            life = life + F.when((bid == F.lit(w.broker_id)) & (F.lit(w.end_ms) <= obs), F.lit(1)).otherwise(F.lit(0))
     samples = (
-        base.where((F.col("observed_ms") < F.lit(end)) & (F.size(downs) == 0))
+        base.where((F.col("observed_ms") < F.lit(end)) & ~is_down)
         .withColumn("target_ms", target)
         .withColumn("life", life)
-        .withColumn("load_offset", F.when(F.size(loading) > 0, F.get(loading, 0)["w_value"] - 1))
+        .withColumn("load_offset", load_value - 1)
         .select("broker_id", "i", "observed_ms", "target_ms", "life", "load_offset")
     )
     w = Window.partitionBy("broker_id", "life").orderBy("i").rowsBetween(Window.unboundedPreceding, 0)
