@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -95,12 +96,12 @@ def _head_records(plan: Plan, snap: SnapshotPoint) -> tuple[list[MetadataRecord]
 ARRAY_FIELDS = ("replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr")
 
 
-def partition_state(log: DataFrame, end_offset: int) -> DataFrame:
+def partition_state(log: DataFrame, end_offset: int, topic_ids: set[str] | None = None) -> DataFrame:
     """Per partition, its registration after every record below ``end_offset`` (rule in the module doc).
 
     Columns: ``topic_id``, ``partition_id``, ``replicas``, ``isr``, ``removing_replicas``,
     ``adding_replicas``, ``leader``, ``leader_epoch``, ``partition_epoch``, ``eligible_leader_replicas``,
-    ``last_known_elr``.
+    ``last_known_elr``. With ``topic_ids``, only the partitions of those topics (e.g. the live ones).
 
     Mechanism: "last non-null value" of an array cannot be hash-aggregated (Spark sorts every row for
     it), so a first pass hash-aggregates the fixed-width parts over all rows — the leader, the epoch
@@ -138,6 +139,8 @@ def partition_state(log: DataFrame, end_offset: int) -> DataFrame:
     # a few rows per partition: fetched once, the offsets to look up broadcast from the driver
     spark = log.sparkSession
     fixed = scalars.toArrow()
+    if topic_ids is not None:
+        fixed = fixed.filter(pc.is_in(fixed.column("topic_id"), pa.array(sorted(topic_ids), pa.string())))
     scalars = spark.createDataFrame(fixed)
     at = set()
     for f in ARRAY_FIELDS:
@@ -166,7 +169,7 @@ def snapshot_records(spark: SparkSession, plan: Plan, log: DataFrame, snap: Snap
     level = st["mv"]
     head, tail = _head_records(plan, snap)
     topics = sorted(st["live_topics"].items(), key=lambda kv: kv[1])
-    parts = partition_state(log, snap.end_offset)
+    parts = partition_state(log, snap.end_offset, {tid for tid, _ in topics})
     counts = {r["topic_id"]: r["n"] for r in parts.groupBy("topic_id").agg(F.count("*").alias("n")).collect()}
     # positions: head, then per topic [TopicRecord, partitions...], then tail
     pos = 1 + len(head)
