@@ -2,7 +2,12 @@
 
 Each codec uses the real library (zlib, cramjam's snappy, the ``lz4`` frame binding, ``zstandard``).
 Decompression is bounded: it never produces more than ``limit`` bytes, so a hostile stream (a zip
-bomb) fails with :class:`DecompressionError` instead of exhausting memory.
+bomb) fails with :class:`DecompressionError` instead of exhausting memory. Output is produced in
+chunks of at most :data:`CHUNK` bytes (no codec is asked for ``limit`` bytes at once, which would
+make the library reserve that much), so memory follows the real output size: a small batch costs
+about twice its decompressed size, a bomb at most about ``limit``. A snappy block declaring more
+output than its bytes can encode (snappy expands at most ~21x) is refused before allocating.
+zstd frames are checked for completeness by walking their block headers (no second decompression).
 
 Snappy in Kafka uses snappy-java's stream framing ("xerial"): an 16-byte header
 (``\\x82SNAPPY\\x00`` + version + compatible version, big-endian int32s) followed by blocks, each a
@@ -24,6 +29,9 @@ import zstandard
 # Default ceiling for one batch's decompressed records section. Kafka's metadata batches are at
 # most 8 MiB; the ceiling leaves generous room while keeping a bomb from taking the worker down.
 DEFAULT_LIMIT = 256 * 1024 * 1024
+
+# Most output bytes requested from a codec in one call.
+CHUNK = 1024 * 1024
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = struct.Struct(">8sii")
@@ -62,19 +70,23 @@ def _gunzip_members(data: bytes, limit: int) -> bytes:
         d = zlib.decompressobj(wbits=31)
         chunk = rest
         while True:
-            piece = d.decompress(chunk, limit + 1 - len(out))
+            piece = d.decompress(chunk, min(CHUNK, limit + 1 - len(out)))
             out += piece
             if len(out) > limit:
                 raise _too_big("gzip", limit)
             if d.eof:
                 break
             chunk = d.unconsumed_tail
-            if not chunk:
+            if not chunk and not piece:
                 raise DecompressionError("gzip: stream ends before its trailer")
         rest = d.unused_data
     if not out and not data:
         raise DecompressionError("gzip: empty stream")
     return bytes(out)
+
+
+# A snappy copy op of 3 bytes produces at most 64 bytes; no valid block expands more than this.
+_SNAPPY_MAX_RATIO = 22
 
 
 def _snappy_raw(block: bytes, limit: int) -> bytes:
@@ -84,6 +96,9 @@ def _snappy_raw(block: bytes, limit: int) -> bytes:
         raise DecompressionError(f"snappy: bad block header: {exc}") from None
     if size > limit:
         raise _too_big("snappy", limit)
+    if size > _SNAPPY_MAX_RATIO * len(block) + 64:
+        raise DecompressionError(f"snappy: block of {len(block)} bytes declares {size} bytes of output, "
+                                 "more than snappy can encode in it")
     try:
         return bytes(cramjam.snappy.decompress_raw(block))
     except Exception as exc:
@@ -110,18 +125,21 @@ def _unsnappy(data: bytes, limit: int) -> bytes:
 
 
 def _unlz4(data: bytes, limit: int) -> bytes:
-    out = bytearray()
+    parts: list[bytes] = []
+    total = 0
     rest = data
     try:
         while rest:
             d = lz4.frame.LZ4FrameDecompressor()
-            out += d.decompress(rest, max_length=limit + 1 - len(out))
-            while not d.eof and not d.needs_input:
-                if len(out) > limit:
+            piece = d.decompress(rest, max_length=min(CHUNK, limit + 1 - total))
+            while True:
+                parts.append(piece)
+                total += len(piece)
+                if total > limit:
                     raise _too_big("lz4", limit)
-                out += d.decompress(b"", max_length=limit + 1 - len(out))
-            if len(out) > limit:
-                raise _too_big("lz4", limit)
+                if d.eof or d.needs_input:
+                    break
+                piece = d.decompress(b"", max_length=min(CHUNK, limit + 1 - total))
             if not d.eof:
                 raise DecompressionError("lz4: frame ends before its end mark")
             rest = d.unused_data
@@ -129,30 +147,70 @@ def _unlz4(data: bytes, limit: int) -> bytes:
         raise
     except Exception as exc:  # lz4 raises RuntimeError on corrupt frames
         raise DecompressionError(f"lz4: {exc}") from None
-    return bytes(out)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def _zstd_check_frames(data: bytes) -> None:
+    """Raise unless ``data`` is a sequence of complete zstd frames (skippable frames allowed): walks
+    each frame's header and block headers (RFC 8878 §3.1) without decompressing."""
+    n = len(data)
+    pos = 0
+    while pos < n:
+        if n - pos < 8:
+            raise DecompressionError(f"zstd: {n - pos} trailing bytes are too few for a frame")
+        magic = int.from_bytes(data[pos:pos + 4], "little")
+        if 0x184D2A50 <= magic <= 0x184D2A5F:  # skippable frame: magic, 4-byte size, content
+            pos += 8 + int.from_bytes(data[pos + 4:pos + 8], "little")
+            if pos > n:
+                raise DecompressionError("zstd: stream ends inside a skippable frame")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise DecompressionError(f"zstd: bad frame magic {magic:#010x} at byte {pos}")
+        head = data[pos:pos + 18]
+        try:
+            hsize = zstandard.frame_header_size(head)
+            checksum = zstandard.get_frame_parameters(head).has_checksum
+        except zstandard.ZstdError as exc:
+            raise DecompressionError(f"zstd: bad frame header at byte {pos}: {exc}") from None
+        pos += hsize
+        while True:
+            if n - pos < 3:
+                raise DecompressionError("zstd: stream ends inside a frame")
+            bh = int.from_bytes(data[pos:pos + 3], "little")
+            btype = (bh >> 1) & 3
+            if btype == 3:
+                raise DecompressionError(f"zstd: reserved block type at byte {pos}")
+            pos += 3 + (1 if btype == 1 else bh >> 3)
+            if pos > n:
+                raise DecompressionError("zstd: stream ends inside a frame")
+            if bh & 1:
+                break
+        if checksum:
+            pos += 4
+            if pos > n:
+                raise DecompressionError("zstd: stream ends inside a frame")
 
 
 def _unzstd(data: bytes, limit: int) -> bytes:
+    _zstd_check_frames(data)
+    parts: list[bytes] = []
+    total = 0
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
-        out = reader.read(limit + 1)
+        while True:
+            piece = reader.read(min(CHUNK, limit + 1 - total))
+            if not piece:
+                break
+            parts.append(piece)
+            total += len(piece)
+            if total > limit:
+                raise _too_big("zstd", limit)
     except zstandard.ZstdError as exc:
         raise DecompressionError(f"zstd: {exc}") from None
-    if len(out) > limit:
-        raise _too_big("zstd", limit)
-    # The bounded read returns a prefix for a truncated frame; now that the output is known to be
-    # small, check frame completeness with the one-shot object (it reports ``eof`` per frame).
-    rest = data
-    try:
-        while rest:
-            d = zstandard.ZstdDecompressor().decompressobj()
-            d.decompress(rest)
-            if not d.eof:
-                raise DecompressionError("zstd: stream ends inside a frame")
-            rest = d.unused_data
-    except zstandard.ZstdError as exc:
-        raise DecompressionError(f"zstd: {exc}") from None
-    return out
+    return b"".join(parts)
 
 
 def decompress(codec: int, data: bytes, limit: int = DEFAULT_LIMIT) -> bytes:
