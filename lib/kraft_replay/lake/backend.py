@@ -66,7 +66,7 @@ def resolve_backend(requested: str, spark: SparkSession) -> str:
         if not delta_spark_available(spark):
             raise BackendUnavailableError(
                 f"backend 'delta-spark' requested but class {DELTA_SPARK_CLASS} is not on the Spark classpath; "
-                "add the delta-spark jar (spark.jars.packages=io.delta:delta-spark_2.13:4.0.0) or use --backend deltars"
+                "add the delta-spark jar (spark.jars.packages=io.delta:delta-spark_2.13:4.4.1) or use --backend deltars"
             )
         return requested
     raise InvalidArgumentError(f"unknown lake backend {requested!r}; use auto, deltars or delta-spark")

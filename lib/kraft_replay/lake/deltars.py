@@ -305,7 +305,8 @@ class DeltaRsBackend:
         """Write ``df`` (already conformed) with Spark into a fresh staging dir; return add actions."""
         loc = self.location(name)
         staging = _files.new_staging_dir()
-        writer = (df.write.mode("errorifexists")
+        _files.create_staging_dir(name, loc, staging)
+        writer = (df.write.mode("append")  # into the fresh, empty staging dir made above
                   .option("maxRecordsPerFile", self.target_file_rows)
                   .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"))
         if snap.partition_by:

@@ -34,6 +34,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from kraft_replay.lake.errors import LakeNotWritableError
+
 # Staging directories are named like a Hive partition directory (``kr_write=w<hex>``): Spark's
 # partition discovery then sees one consistent layout (``kr_write=../col=v/file``) across all writes,
 # keeps the table root as the base path, and prunes on the real partition columns. The extra
@@ -82,6 +84,17 @@ class Location:
 def new_staging_dir() -> str:
     """A fresh, unique staging directory name (relative to the table root)."""
     return f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+
+
+def create_staging_dir(name: str, table: Location, staging: str) -> None:
+    """Create ``<table>/<staging>`` before any data is written, so an unwritable lake fails on the
+    driver with one line naming the table rather than inside the write's tasks."""
+    try:
+        table.fs.create_dir(f"{table.fs_path}/{staging}", recursive=True)
+    except OSError as exc:
+        raise LakeNotWritableError(
+            f"table {name!r} at {table.uri} is not writable ({str(exc).splitlines()[0]}); "
+            "fix the lake root's permissions or pass another --lake directory") from None
 
 
 def _is_data_file(base: str) -> bool:

@@ -82,7 +82,7 @@ def arrow_schema_of(schema: StructType) -> pa.Schema:
 
 def make_staged(name: str, location: _files.Location, schema: StructType, partition_by: list[str],
                 target_file_rows: int) -> StagedWrite:
-    """A fresh :class:`StagedWrite` for table ``name`` at ``location`` (the directory is created lazily)."""
+    """A fresh :class:`StagedWrite` for table ``name`` at ``location`` (:func:`new_staging` creates the directory)."""
     staging = _files.new_staging_dir()
     child = location.child(staging)
     if isinstance(location.fs, pafs.LocalFileSystem):
@@ -354,9 +354,12 @@ def new_staging(backend, name: str) -> StagedWrite:  # noqa: ANN001 - a LakeBack
     """A fresh staging directory for table ``name`` on either backend."""
     if backend.name == "deltars":
         snap = backend.snapshot(name)
-        return make_staged(name, backend.location(name), snap.schema, snap.partition_by, backend.target_file_rows)
-    _version, _rows, schema, parts, _files_n = backend.table_info(name)
-    return make_staged(name, backend.root.child(name), schema, list(parts), backend.target_file_rows)
+        staged = make_staged(name, backend.location(name), snap.schema, snap.partition_by, backend.target_file_rows)
+    else:
+        _version, _rows, schema, parts, _files_n = backend.table_info(name)
+        staged = make_staged(name, backend.root.child(name), schema, list(parts), backend.target_file_rows)
+    _files.create_staging_dir(name, _location(backend, name), staged.staging)
+    return staged
 
 
 def abort_staged(backend, staged: StagedWrite) -> None:  # noqa: ANN001

