@@ -6,11 +6,20 @@ before any batch are closed-form (no scan): ``prefix(j) = (j div CYCLE) * cycle_
 Two prefix variants exist: over all batches, and over partition-change ("churn") batches only —
 used where metadata.version < 3.3-IV1 forbids NoOp records and NoOp batches are left out.
 
-Churn record number ``r`` (counted over the whole run) changes stable partition
-``k = (r * stride + shift) mod P``; its change number for that partition is ``n = r div P``. Even
-``n`` shrinks the ISR (drops the last live replica), odd ``n`` restores it. The live replicas are the
-partition's replicas minus the brokers that are down in that stretch of the log; the leader is the
-first live replica. Replicas of stable partition ``k`` are ``brokers[(k + i) mod B]``, ``i < RF``.
+Churn record number ``r`` (counted over the whole run) touches stable partition
+``k = (r * stride + shift) mod P``. The live replicas are the partition's replicas minus the brokers
+that are down in that stretch of the log; the leader is the first live replica. Replicas of stable
+partition ``k`` are ``brokers[(k + i) mod B]``, ``i < RF``.
+
+A touch always changes something (Kafka never writes a PartitionChangeRecord that changes nothing):
+every structural change of a broker's liveness (isolate / rejoin in the plan) leaves the ISR of each
+partition it replicates *full* (= the live replicas) — a "reset" of those partitions at churn count
+``R`` (the churn records before that structural group). The ``m``-th touch of ``k`` since its last
+reset, ``m = (r - R) div P``, shrinks the ISR (drops the last live replica) when ``m`` is even and
+restores it when odd. A partition whose live replicas cannot shrink without leaving fewer than
+``max(1, min.insync.replicas)`` in the ISR is *stuck* until its next reset: its touches are NoOp
+records where metadata.version allows them, else a leader re-election of the current leader (an
+epoch bump). Resets are per broker, so the last reset of ``k`` is the greatest reset of its replicas.
 """
 
 from __future__ import annotations
@@ -103,3 +112,26 @@ def stable_replicas(k: int, broker_ids: list[int], rf: int) -> list[int]:
 
 def live_replicas(replicas: list[int], down: set[int] | frozenset[int]) -> list[int]:
     return [r for r in replicas if r not in down]
+
+
+def shrink_possible(n_live: int, min_isr: int) -> bool:
+    """A bulk shrink may drop the last live replica: at least 2 live and the ISR stays >= min.insync.replicas
+    (so bulk records never touch ELR, KIP-966: ELR is non-empty only while the ISR is below min ISR)."""
+    return n_live >= 2 and n_live - 1 >= max(1, min_isr)
+
+
+def first_touch(layout: BulkLayout, k: int) -> int:
+    """Smallest churn record number touching stable partition ``k``: ``r ≡ (k - shift) * stride⁻¹ (mod P)``."""
+    P = layout.partitions
+    if P <= 1:
+        return 0
+    return ((k - layout.shift) * pow(layout.stride, -1, P)) % P
+
+
+def touches_between(layout: BulkLayout, k: int, lo: int, hi: int) -> int:
+    """Number of churn records ``r`` in ``[lo, hi)`` touching stable partition ``k``."""
+    if hi <= lo:
+        return 0
+    P = max(layout.partitions, 1)
+    r0 = first_touch(layout, k)
+    return (hi - 1 - r0) // P - (lo - 1 - r0) // P

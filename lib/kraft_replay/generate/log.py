@@ -7,7 +7,10 @@ Two sources are unioned:
   expressions (:mod:`kraft_replay.generate.bulk` describes the layout). A bulk batch is either one
   NoOpRecord (only where metadata.version >= 3.3-IV1) or several PartitionChangeRecords of stable
   partitions: an ISR shrink (drop the last live replica; below 3.6-IV0 the leader is re-set to
-  itself, bumping its epoch) or an ISR expansion back to all live replicas.
+  itself, bumping its epoch) or an ISR expansion back to all live replicas — the parity of the
+  partition's touches since its last reset decides which, so every record changes something. A
+  touch of a partition that cannot shrink ("stuck") is a NoOpRecord, or below 3.3-IV1 a leader
+  re-election of the current leader.
 
 ``payload_json`` comes from :mod:`kraft_replay.generate.jsonexpr`. Generated rows carry
 ``source_file = "generated:<scenario>"`` and ``source_position = batch_base_offset`` (they were not
@@ -148,9 +151,10 @@ def segments_frame(spark: SparkSession, plan: Plan) -> DataFrame:
     for s in plan.segments:
         bounds = _chunk_bounds(plan, s)
         for lo, hi in zip(bounds, bounds[1:]):
-            rows.append((s.seg_id, s.j_start, lo, hi, s.offset_start, s.noop_allowed, s.mv_level, s.raft_epoch, s.down))
+            rows.append((s.seg_id, s.j_start, lo, hi, s.offset_start, s.noop_allowed, s.mv_level, s.raft_epoch, s.down,
+                         s.reset_at))
     schema = ("seg_id long, seg_j_start long, j_lo long, j_hi long, offset_start long, noop_allowed boolean, "
-              "mv_level int, raft_epoch int, down array<int>")
+              "mv_level int, raft_epoch int, down array<int>, reset_at array<long>")
     # few large chunks: one partition each; many small ones (structural-heavy runs): grouped
     groups: list[list[tuple[Any, ...]]] = []
     size = 0
@@ -198,7 +202,13 @@ def bulk_log_flat(spark: SparkSession, plan: Plan) -> DataFrame:
 
 
 def _bulk_records(spark: SparkSession, plan: Plan) -> DataFrame:
-    """Bulk rows: the scalar columns, ``api_key``, ``record_version`` and ``partition_change``."""
+    """Bulk rows: the scalar columns, ``api_key``, ``record_version`` and ``partition_change``.
+
+    Rule (no PartitionChangeRecord that changes nothing, facts §5.2): the touch number of a partition
+    since its last reset (the greatest ``reset_at`` of its replicas' brokers in the segment) picks a
+    shrink (even) or an expansion (odd); a partition whose live replicas cannot shrink without going
+    below max(1, min.insync.replicas) gets a NoOpRecord (or, below 3.3-IV1, a re-election of its
+    current leader) instead. Below 3.6-IV0 a shrink re-sets the leader (epoch bump, §6.2)."""
     sc = plan.scenario
     lay = plan.layout
     sizes = _lit_array(list(lay.sizes), "int")
@@ -235,10 +245,12 @@ def _bulk_records(spark: SparkSession, plan: Plan) -> DataFrame:
     recs = batches.withColumn("i", F.explode(F.sequence(F.lit(0), F.col("size") - 1)))
     r = F.col("churn_base") + F.col("i")
     k = ((r * F.lit(lay.stride) + F.lit(lay.shift)) % F.lit(P)).cast("long")
+    min_isr = sc.topics.min_insync_replicas
+    resets = [F.get(F.col("reset_at"), ((F.col("k") + i) % nb).cast("int")) for i in range(rf)]
+    last_reset = resets[0] if rf == 1 else F.greatest(*resets)
     recs = (
         recs.withColumn("offset", F.col("batch_base_offset") + F.col("i"))
         .withColumn("k", k)
-        .withColumn("n", F.floor(r / F.lit(P)).cast("long"))
         .withColumn("replicas", F.array(*[F.get(brokers, ((F.col("k") + i) % nb).cast("int")) for i in range(rf)]))
         # replicas minus the down brokers, in replica order: a concat of 0/1-element arrays, which
         # whole-stage codegen compiles (array_compact/filter take a lambda and run interpreted)
@@ -246,12 +258,17 @@ def _bulk_records(spark: SparkSession, plan: Plan) -> DataFrame:
             F.when(~F.array_contains(F.col("down"), F.get(F.col("replicas"), i)),
                    F.array(F.get(F.col("replicas"), i))).otherwise(F.array().cast("array<int>"))
             for i in range(rf)]))
-        .withColumn("shrink", ((F.col("n") % 2) == 0) & (F.size(F.col("live")) >= 2))
+        .withColumn("last_reset", last_reset)
+        .withColumn("touch", F.floor((r - F.col("last_reset")) / F.lit(P)).cast("long"))
+        .withColumn("stuck", (F.size(F.col("live")) < F.lit(2)) | (F.size(F.col("live")) - 1 < F.lit(max(1, min_isr))))
+        .withColumn("shrink", ~F.col("stuck") & ((F.col("touch") % 2) == 0))
+        .withColumn("is_noop", F.col("is_noop") | (F.col("stuck") & F.col("noop_allowed")))
         .withColumn("record_version", F.when(F.col("is_noop"), F.lit(0))
                     .when(F.col("mv_level") <= 16, F.lit(0)).when(F.col("mv_level") <= 22, F.lit(1)).otherwise(F.lit(2)))
     )
-    isr = F.when(F.col("shrink"), F.slice(F.col("live"), 1, F.size(F.col("live")) - 1)).otherwise(F.col("live"))
-    leader = F.when(F.col("shrink") & (F.col("mv_level") < NO_EPOCH_BUMP_ON_SHRINK_LEVEL),
+    isr = (F.when(F.col("stuck"), F.lit(None).cast("array<int>"))
+           .when(F.col("shrink"), F.slice(F.col("live"), 1, F.size(F.col("live")) - 1)).otherwise(F.col("live")))
+    leader = F.when(F.col("stuck") | (F.col("shrink") & (F.col("mv_level") < NO_EPOCH_BUMP_ON_SHRINK_LEVEL)),
                     F.coalesce(F.get(F.col("live"), 0), F.lit(-1))).otherwise(F.lit(-2))
     null_ints = F.lit(None).cast("array<int>")
     # built with the payload struct's exact field types (a cast would hide the fields from column pruning)

@@ -86,3 +86,61 @@ def metadata_changed_between(low: int, high: int) -> bool:
 def downgrade_allowed(current: int, target: int) -> bool:
     """Today's rule: a metadata.version downgrade is allowed only if no level in (target, current] changed metadata."""
     return target < current and not metadata_changed_between(target, current)
+
+
+# -- other features (facts §7.2, §7.3) ---------------------------------------------------------------
+# Defined levels of the features other than metadata.version (``Features``: test.feature.version,
+# kraft.version, transaction.version, group.version).
+FEATURE_DEFINED_LEVELS: dict[str, tuple[int, ...]] = {
+    "kraft.version": (0, 1), "group.version": (0, 1), "transaction.version": (0, 1, 2),
+    "test.feature.version": (0, 1, 2),
+}
+# Declared dependencies: (feature, level) -> lowest metadata.version level it needs (§7.2 step 7).
+FEATURE_MV_DEPENDENCY: dict[tuple[str, int], int] = {("kraft.version", 1): 21}
+MIN_FEATURE_MV_LEVEL = 4       # every level >= 1 of another feature needs metadata.version >= 3.3-IV0
+
+
+def software_feature_ranges(software: str) -> dict[str, tuple[int, int]]:
+    """The supported ranges a node of this software version advertises (``QuorumFeatures.defaultFeatureMap``
+    / ``BrokerFeatures``, facts §7.3): metadata.version [1, its highest production level], and each
+    production feature with latest level > 0 as [first level, latest production level].
+
+    Modelling (the facts give the 4.0 snapshot's ranges: kraft.version [0, 1], group.version [0, 1],
+    transaction.version [0, 0] i.e. omitted): kraft.version exists from 3.9 (its dependency on
+    3.9-IV0), group.version from 4.0 (4.0-IV0 is its bootstrap MV), transaction.version [0, 2] from 4.1
+    (§6.1b: levels 23-25, including transaction.version's 4.0-IV2, are production in the newer enum)."""
+    out = {"metadata.version": (1, SOFTWARE_MAX_LEVEL[software])}
+    major = tuple(int(x) for x in software.split("."))
+    if major >= (3, 9):
+        out["kraft.version"] = (0, 1)
+    if major >= (4, 0):
+        out["group.version"] = (0, 1)
+    if major >= (4, 1):
+        out["transaction.version"] = (0, 2)
+    return out
+
+
+def broker_registration_request_version(controller_software: str) -> int:
+    """BrokerRegistration request version a broker sends: the highest the (active) controller accepts.
+    Modelling: v4 from controller software 4.0, else v3 (or lower)."""
+    return 4 if tuple(int(x) for x in controller_software.split(".")) >= (4, 0) else 3
+
+
+def registered_broker_features(software: str, controller_software: str) -> dict[str, tuple[int, int]]:
+    """The ranges that reach a broker's RegisterBrokerRecord. KAFKA-17492 workaround (facts §7.3): a
+    BrokerRegistration request sent at version 0-3 drops every feature whose MinSupportedVersion is 0."""
+    ranges = software_feature_ranges(software)
+    if broker_registration_request_version(controller_software) <= 3:
+        ranges = {k: v for k, v in ranges.items() if v[0] != 0}
+    return ranges
+
+
+def features_list(ranges: dict[str, tuple[int, int]]) -> list[dict[str, int | str]]:
+    """The Features array of a registration record: metadata.version first, then by name."""
+    names = sorted(ranges, key=lambda n: (n != "metadata.version", n))
+    return [{"name": n, "min_supported_version": ranges[n][0], "max_supported_version": ranges[n][1]} for n in names]
+
+
+def range_text(lo: int, hi: int) -> str:
+    """Range notation of the controller's messages: "N" for a single value, "A-B" otherwise (§7.3)."""
+    return str(lo) if lo == hi else f"{lo}-{hi}"

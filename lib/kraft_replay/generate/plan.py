@@ -12,9 +12,21 @@ blocks — each gated by the metadata.version in force and written at the record
 
 Between structural groups lie stretches ("segments") of bulk batches whose content is closed-form
 (:mod:`kraft_replay.generate.bulk`); each segment records the state that content depends on: the
-brokers that are down, the metadata.version, the Raft epoch. The Spark stage expands the segments.
-Partition leadership of stable topics follows one rule everywhere: the leader is the first live
-replica, and the ISR is the live replicas (minus one on a bulk shrink step).
+brokers that are down, the metadata.version, the Raft epoch, and per broker the churn count of its
+last liveness change (a "reset" of the partitions it replicates). The Spark stage expands the
+segments. Partition leadership of stable topics follows one rule everywhere: the leader is the first
+live replica, and the ISR is the live replicas (minus one on a bulk shrink step); the plan knows the
+exact ISR of every stable partition at every structural group in closed form (:meth:`_Planner.stable_state`).
+
+Partition changes follow Kafka's controller (facts §5.2, §6.2, KIP-966) through one builder,
+:meth:`_Planner.change`: a record is written only when it changes something; Leader is set when the
+leader changes, when the replica set drops a current replica, and — below 3.6-IV0 — on every ISR
+shrink (an epoch bump); from 4.0-IV1 (PartitionChangeRecord v2) replicas leaving an ISR that is
+below ``min.insync.replicas`` become EligibleLeaderReplicas (ELR ∩ ISR = ∅, ELR ⊆ replicas, cleared
+when the ISR is back at min ISR) and LastKnownElr records the ELR while the partition is leaderless.
+Brokers and controllers register with their software's supported feature ranges (``mv.software_feature_ranges``,
+KAFKA-17492's dropped [0, x] features on old registration requests), which feature updates are
+checked against (facts §7.2-§7.3).
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from typing import Any, Callable
 from kraft_replay.codec.records import MetadataRecord, uuid_from_bytes
 from kraft_replay.codec.schema import RECORD_TYPES, ZERO_UUID, FieldSpec
 from kraft_replay.generate import mv
-from kraft_replay.generate.bulk import BulkLayout, live_replicas, stable_replicas
+from kraft_replay.generate.bulk import BulkLayout, live_replicas, shrink_possible, stable_replicas, touches_between
 from kraft_replay.generate.errors import ScenarioError
 from kraft_replay.generate.scenario import Scenario
 
@@ -108,6 +120,7 @@ class Segment:
     seg_start_ms: int
     group_time_ms: int | None
     group_last_offset: int       # last offset of the whole segment (bulk + group)
+    reset_at: list[int]          # per broker index: churn count of its last liveness change before the segment
 
 
 @dataclass
@@ -172,6 +185,12 @@ class _Planner:
         self.brokers_list = sc.broker_ids
         self.rf = sc.topics.replication_factor
         self.P = sc.topics.stable * sc.topics.partitions
+        self.min_isr = sc.topics.min_insync_replicas
+        self.bidx = {b: i for i, b in enumerate(self.brokers_list)}
+        self.reset_at = [0] * len(self.brokers_list)
+        self.elr: dict[int, list[int]] = {}        # stable partition -> ELR (only non-empty entries)
+        self.lke: dict[int, list[int]] = {}        # stable partition -> LastKnownElr (non-empty)
+        self.sticky: dict[int, list[int]] = {}     # stable partitions whose last ISR member went down (no ELR)
         # log cursor
         self.cursor = 0
         self.pos = 0
@@ -218,7 +237,7 @@ class _Planner:
         noop_ok = self.mv >= mv.NOOP_LEVEL
         n = lay.prefix(p, not noop_ok) - lay.prefix(self.pos, not noop_ok)
         seg = Segment(len(self.segments), self.pos, p, self.cursor, noop_ok, self.mv, self.raft_epoch,
-                      sorted(self.down), self.seg_start_ms, t_ms, -1)
+                      sorted(self.down), self.seg_start_ms, t_ms, -1, list(self.reset_at))
         if n > 0:
             j = p - 1
             while lay.noop[j % len(lay.sizes)] and not noop_ok:
@@ -292,10 +311,11 @@ class _Planner:
         epoch = self.next_offset_at(t)
         inc = uuid_for(self.seed, "incarnation", b, epoch)
         v = mv.register_broker_version(self.mv)
+        ranges = mv.registered_broker_features(self.software[b], self.controller_software)
         data: dict[str, Any] = dict(
             broker_id=b, incarnation_id=inc, broker_epoch=epoch,
             end_points=[{"name": "PLAINTEXT", "host": f"broker-{b}.kafka.internal", "port": 9092, "security_protocol": 0}],
-            features=[{"name": "metadata.version", "min_supported_version": 1, "max_supported_version": self.software_max(b)}],
+            features=mv.features_list(ranges),
             rack=f"rack-{b % self.sc.brokers.racks}", fenced=True,
         )
         if v >= 1:
@@ -306,7 +326,7 @@ class _Planner:
             data["log_dirs"] = [uuid_for(self.seed, "logdir", b)]
         self.emit(t, [record(REGISTER_BROKER, v, **data)])
         self.brokers[b] = {"epoch": epoch, "incarnation": inc, "fenced": True, "ics": False,
-                           "range": (1, self.software_max(b)), "data": data}
+                           "range": (1, self.software_max(b)), "ranges": ranges, "data": data}
         return epoch
 
     def fence_record(self, b: int, fence: bool) -> MetadataRecord:
@@ -316,61 +336,179 @@ class _Planner:
             return record(BROKER_REG_CHANGE, 0, broker_id=b, broker_epoch=epoch, fenced=1 if fence else -1)
         return record(FENCE_BROKER if fence else UNFENCE_BROKER, 0, id=b, epoch=epoch)
 
-    def isolate(self, b: int) -> list[MetadataRecord]:
-        """Partition changes when ``b`` leaves: dropped from ISRs, leadership moved to the next live replica."""
+    # -- partition changes (facts §5.2, §6.2; KIP-966) -----------------------------------------
+    def change(self, st: dict[str, Any], tid: str, pid: int, *, isr: list[int] | None = None,
+               leader: int | None = None, replicas: list[int] | None = None, adding: list[int] | None = None,
+               removing: list[int] | None = None) -> MetadataRecord | None:
+        """The PartitionChangeRecord the controller writes to move partition state ``st`` (keys replicas,
+        isr, leader, elr, lke) to the given values, or None when nothing would change.
+
+        Rules: Leader is set when it changes, when the replica set drops a current replica, and below
+        3.6-IV0 on every ISR shrink (leader-epoch bump, facts §5.2/§6.2). From 4.0-IV1 (record v2) the
+        ELR follows KIP-966: ISR >= min.insync.replicas clears ELR and LastKnownElr; below it, the
+        members leaving the ISR join the ELR (ELR ∩ ISR = ∅, ELR ⊆ replicas), and while the partition
+        is leaderless LastKnownElr holds the ELR. ``st`` is updated in place."""
+        v = self.pc_version()
+        new_reps = list(replicas) if replicas is not None else st["replicas"]
+        new_isr = list(isr) if isr is not None else st["isr"]
+        new_leader = leader if leader is not None else st["leader"]
+        data: dict[str, Any] = {"partition_id": pid, "topic_id": tid}
+        if replicas is not None and new_reps != st["replicas"]:
+            data["replicas"] = new_reps
+            if v >= 1:
+                data["directories"] = [ZERO_UUID] * len(new_reps)
+        if new_isr != st["isr"]:
+            data["isr"] = new_isr
+        shrinks = bool(set(st["isr"]) - set(new_isr))
+        drops_replica = bool(set(st["replicas"]) - set(new_reps))
+        if new_leader != st["leader"] or drops_replica or (shrinks and self.mv < mv.NO_EPOCH_BUMP_ON_SHRINK_LEVEL):
+            data["leader"] = new_leader
+        if adding is not None and adding != st.get("adding", []):
+            data["adding_replicas"] = list(adding)
+        if removing is not None and removing != st.get("removing", []):
+            data["removing_replicas"] = list(removing)
+        old_elr, old_lke = st.get("elr", []), st.get("lke", [])
+        new_elr, new_lke = old_elr, old_lke
+        if v >= 2:
+            if len(new_isr) >= self.min_isr:
+                new_elr, new_lke = [], []
+            else:
+                new_elr = []
+                for r in [*old_elr, *st["isr"]]:
+                    if r not in new_isr and r in new_reps and r not in new_elr:
+                        new_elr.append(r)
+                new_lke = list(new_elr) if new_leader == -1 else []
+            if new_elr != old_elr:
+                data["eligible_leader_replicas"] = new_elr
+            if new_lke != old_lke:
+                data["last_known_elr"] = new_lke
+        if len(data) == 2:
+            return None
+        st.update(replicas=new_reps, isr=new_isr, leader=new_leader, elr=new_elr, lke=new_lke)
+        if adding is not None:
+            st["adding"] = list(adding)
+        if removing is not None:
+            st["removing"] = list(removing)
+        return record(PARTITION_CHANGE, v, **data)
+
+    def stable_state(self, k: int, down: set[int]) -> dict[str, Any]:
+        """Stable partition ``k``'s registration at the current log position, in closed form (bulk module doc):
+        the ISR is full unless the partition can shrink and has been touched an odd number of times since its
+        last reset."""
+        reps = stable_replicas(k, self.brokers_list, self.rf)
+        live = live_replicas(reps, down)
+        st: dict[str, Any] = {"replicas": reps, "elr": list(self.elr.get(k, [])), "lke": list(self.lke.get(k, []))}
+        if k in self.sticky:
+            st.update(isr=list(self.sticky[k]), leader=-1)
+            return st
+        last_reset = max(self.reset_at[self.bidx[r]] for r in reps)
+        m = touches_between(self.layout, k, last_reset, self.layout.prefix(self.pos, True))
+        shrunk = shrink_possible(len(live), self.min_isr) and m % 2 == 1
+        st.update(isr=live[:-1] if shrunk else live, leader=live[0] if live else -1)
+        return st
+
+    def _store_stable(self, k: int, st: dict[str, Any]) -> None:
+        for d, key in ((self.elr, "elr"), (self.lke, "lke")):
+            if st[key]:
+                d[k] = list(st[key])
+            else:
+                d.pop(k, None)
+
+    def _stable_key(self, k: int) -> tuple[str, int]:
+        return self.topic_ids[k // self.sc.topics.partitions], k % self.sc.topics.partitions
+
+    def isolate(self, t: int, b: int) -> list[MetadataRecord]:
+        """Partition changes when ``b`` leaves (controlled shutdown or fencing): ``b`` dropped from every
+        ISR, leadership moved to the next live replica. A stable partition whose ISR had shrunk without
+        ``b`` first takes the lagging replica back (it caught up), so every partition of ``b`` is left
+        with a full ISR (a reset, see the bulk module). When ``b`` was the last ISR member the partition
+        becomes leaderless: below 4.0-IV1 the ISR keeps ``b`` (Kafka keeps the last member), from 4.0-IV1
+        the ISR empties and ``b`` joins the ELR."""
+        self.next_offset_at(t)
         old = set(self.down)
         new = old | {b}
         recs: list[MetadataRecord] = []
-        v = self.pc_version()
+        elr_mode = self.pc_version() >= 2
         for k in range(self.P):
             reps = stable_replicas(k, self.brokers_list, self.rf)
             if b not in reps:
                 continue
+            tid, pid = self._stable_key(k)
+            st = self.stable_state(k, old)
             lo, ln = live_replicas(reps, old), live_replicas(reps, new)
-            data: dict[str, Any] = {"partition_id": k % self.sc.topics.partitions,
-                                    "topic_id": self.topic_ids[k // self.sc.topics.partitions], "isr": ln}
-            if lo and lo[0] == b:
-                data["leader"] = ln[0] if ln else -1
-            if v >= 2 and b in lo:
-                data["eligible_leader_replicas"] = [b]
-            recs.append(record(PARTITION_CHANGE, v, **data))
-        for (tid, pid), st in sorted(self.temp_parts.items()):
+            if b in st["isr"] and st["isr"] != lo and k not in self.sticky:
+                rec = self.change(st, tid, pid, isr=lo)          # the lagging replica caught up
+                if rec is not None:
+                    recs.append(rec)
             if b in st["isr"]:
-                st["isr"] = [r for r in st["isr"] if r != b]
-                data = {"partition_id": pid, "topic_id": tid, "isr": list(st["isr"])}
-                if st["leader"] == b:
-                    st["leader"] = st["isr"][0] if st["isr"] else -1
-                    data["leader"] = st["leader"]
-                recs.append(record(PARTITION_CHANGE, v, **data))
+                target = [r for r in st["isr"] if r != b]
+                if not target and not elr_mode:
+                    rec = self.change(st, tid, pid, leader=-1)   # the last ISR member stays in the ISR
+                    self.sticky[k] = list(st["isr"])
+                else:
+                    leader = st["leader"] if st["leader"] != b else (ln[0] if target else -1)
+                    rec = self.change(st, tid, pid, isr=target, leader=leader)
+                if rec is not None:
+                    recs.append(rec)
+            self._store_stable(k, st)
+        recs += self._isolate_temp(b)
+        self.reset_at[self.bidx[b]] = self.layout.prefix(self.pos, True)
         self.pending_down = new
         return recs
 
-    def rejoin(self, b: int) -> list[MetadataRecord]:
-        """Partition changes when ``b`` is back and caught up: ISRs expanded, preferred leadership restored."""
+    def _isolate_temp(self, b: int) -> list[MetadataRecord]:
+        recs: list[MetadataRecord] = []
+        elr_mode = self.pc_version() >= 2
+        for (tid, pid), st in sorted(self.temp_parts.items()):
+            if b not in st["isr"]:
+                continue
+            target = [r for r in st["isr"] if r != b]
+            if not target and not elr_mode:
+                rec = self.change(st, tid, pid, leader=-1)
+            else:
+                leader = st["leader"] if st["leader"] != b else (target[0] if target else -1)
+                rec = self.change(st, tid, pid, isr=target, leader=leader)
+            if rec is not None:
+                recs.append(rec)
+        return recs
+
+    @staticmethod
+    def _no_clean_candidate(st: dict[str, Any], b: int) -> bool:
+        """A leaderless partition whose last ISR member or ELR is known, and ``b`` is neither: electing ``b``
+        would be an unclean election, so the partition stays leaderless (KIP-966 / unclean election off)."""
+        return st["leader"] == -1 and bool(st["isr"] or st["elr"]) and b not in st["isr"] + st["elr"]
+
+    def rejoin(self, t: int, b: int) -> list[MetadataRecord]:
+        """Partition changes when ``b`` is back and caught up: ISRs expanded to the live replicas (the
+        stable partitions of ``b`` are left full: a reset), the preferred (first live) replica leads again,
+        ``b`` leaves the ELR."""
+        self.next_offset_at(t)
         old = set(self.down)
         new = old - {b}
         recs: list[MetadataRecord] = []
-        v = self.pc_version()
         for k in range(self.P):
             reps = stable_replicas(k, self.brokers_list, self.rf)
             if b not in reps:
                 continue
-            lo, ln = live_replicas(reps, old), live_replicas(reps, new)
-            data: dict[str, Any] = {"partition_id": k % self.sc.topics.partitions,
-                                    "topic_id": self.topic_ids[k // self.sc.topics.partitions], "isr": ln}
-            if ln and ln[0] == b and (not lo or lo[0] != b):
-                data["leader"] = b
-            if v >= 2:
-                data["eligible_leader_replicas"] = []
-            recs.append(record(PARTITION_CHANGE, v, **data))
+            tid, pid = self._stable_key(k)
+            st = self.stable_state(k, old)
+            if self._no_clean_candidate(st, b):
+                self.sticky[k] = list(st["isr"])     # still leaderless: b holds no data the ISR/ELR vouch for
+                continue
+            self.sticky.pop(k, None)
+            ln = live_replicas(reps, new)
+            rec = self.change(st, tid, pid, isr=ln, leader=ln[0])
+            if rec is not None:
+                recs.append(rec)
+            self._store_stable(k, st)
         for (tid, pid), st in sorted(self.temp_parts.items()):
-            if b in st["replicas"] and b not in st["isr"]:
-                st["isr"] = [r for r in st["replicas"] if r == b or r in st["isr"]]
-                data = {"partition_id": pid, "topic_id": tid, "isr": list(st["isr"])}
-                if st["leader"] == -1:
-                    st["leader"] = b
-                    data["leader"] = b
-                recs.append(record(PARTITION_CHANGE, v, **data))
+            if b in st["replicas"] and (b not in st["isr"] or st["leader"] == -1) and not self._no_clean_candidate(st, b):
+                isr = [r for r in st["replicas"] if r == b or (r in st["isr"] and r not in new)]
+                leader = st["leader"] if st["leader"] in isr else isr[0]
+                rec = self.change(st, tid, pid, isr=isr, leader=leader)
+                if rec is not None:
+                    recs.append(rec)
+        self.reset_at[self.bidx[b]] = self.layout.prefix(self.pos, True)
         self.pending_down = new
         return recs
 
@@ -424,17 +562,19 @@ class _Planner:
                 t += 1
         t += 1
         self.set_config(t, 4, "", "log.retention.hours", "168")
+        if self.min_isr != 1:
+            self.set_config(t, 4, "", "min.insync.replicas", str(self.min_isr))
 
     def register_controllers(self, t: int) -> None:
+        ranges = mv.software_feature_ranges(self.controller_software)
         for c in self.sc.controller_ids:
             inc = uuid_for(self.seed, "controller", c, t)
             rec = record(REGISTER_CONTROLLER, 0, controller_id=c, incarnation_id=inc, zk_migration_ready=False,
                          end_points=[{"name": "CONTROLLER", "host": f"controller-{c}.kafka.internal", "port": 9093,
                                       "security_protocol": 0}],
-                         features=[{"name": "metadata.version", "min_supported_version": 1,
-                                    "max_supported_version": mv.SOFTWARE_MAX_LEVEL[self.controller_software]}])
+                         features=mv.features_list(ranges))
             self.emit(t, [rec])
-            self.controllers[c] = {"range": (1, mv.SOFTWARE_MAX_LEVEL[self.controller_software]), "data": rec.data}
+            self.controllers[c] = {"ranges": ranges, "data": rec.data}
 
     def set_config(self, t: int, rtype: int, rname: str, key: str, value: str | None) -> None:
         self.emit(t, [record(CONFIG, 0, resource_type=rtype, resource_name=rname, name=key, value=value)])
@@ -444,34 +584,51 @@ class _Planner:
             self.configs[(rtype, rname, key)] = value
 
     # -- feature updates (facts §7.2/§7.3) --------------------------------------------------------
-    def check_feature_update(self, feature: str, level: int, utype: str) -> tuple[int, str | None]:
-        """(error code, message) the controller answers for one feature update; (0, None) = accepted."""
+    def check_feature_update(self, feature: str, level: int, utype: str,
+                             proposed: dict[str, int] | None = None) -> tuple[int, str | None]:
+        """(error code, message) the controller answers for one feature update; (0, None) = accepted.
+
+        Rules, in the controller's order (facts §7.2): negative level; support everywhere (§7.3: the
+        local controller's range, every registered broker's RegisterBrokerRecord range — a feature it
+        does not list counts as [0, 0] — and, from 3.7-IV0, every voter's RegisterControllerRecord
+        range); direction vs upgrade type; for metadata.version the known-level, 3.3-IV0 floor and
+        metadata-changed downgrade checks; for other features a known name, a defined level and the
+        dependencies (level >= 1 needs metadata.version >= 3.3-IV0; kraft.version 1 needs 3.9-IV0)."""
         def fail(reason: str, mv_form: bool = False) -> tuple[int, str]:
             head = f"Invalid metadata.version {level}. " if mv_form else f"Invalid update version {level} for feature {feature}. "
             return 95, "The update failed for all features since the following feature had an error: " + head + reason
 
-        current = self.mv if feature == "metadata.version" else self.features.get(feature, 0)
+        is_mv = feature == "metadata.version"
+        current = self.mv if is_mv else self.features.get(feature, 0)
         if level < 0:
             return fail("A feature version cannot be less than 0.")
-        ctl_max = mv.SOFTWARE_MAX_LEVEL[self.controller_software] if feature == "metadata.version" else 0
-        ctl_range = (1, ctl_max) if feature == "metadata.version" else (0, 0)
         leader = self.raft_leader
-        if not (ctl_range[0] <= level <= ctl_range[1]) and level > 0:
-            if ctl_range[1] == 0:
+        lo, hi = mv.software_feature_ranges(self.controller_software).get(feature, (0, 0))
+        if not lo <= level <= hi:
+            if hi == 0:
                 return fail(f"Local controller {leader} does not support this feature.")
-            return fail(f"Local controller {leader} only supports versions {ctl_range[0]}-{ctl_range[1]}")
+            return fail(f"Local controller {leader} only supports versions {mv.range_text(lo, hi)}")
         for b in sorted(self.brokers):
-            lo, hi = self.brokers[b]["range"] if feature == "metadata.version" else (0, 0)
-            if not (lo <= level <= hi):
+            lo, hi = self.brokers[b]["ranges"].get(feature, (0, 0))
+            if not lo <= level <= hi:
                 if hi == 0:
                     return fail(f"Broker {b} does not support this feature.")
-                return fail(f"Broker {b} only supports versions {lo}-{hi}")
+                return fail(f"Broker {b} only supports versions {mv.range_text(lo, hi)}")
+        if self.mv >= mv.CONTROLLER_REGISTRATION_LEVEL:
+            for c in self.sc.controller_ids:
+                if c not in self.controllers:
+                    return fail(f"controller {c} has not registered, and may not support this feature")
+                lo, hi = self.controllers[c]["ranges"].get(feature, (0, 0))
+                if not lo <= level <= hi:
+                    if hi == 0:
+                        return fail(f"Controller {c} does not support this feature.")
+                    return fail(f"Controller {c} only supports versions {mv.range_text(lo, hi)}")
         if level < current and utype == "UPGRADE":
             return fail("Can't downgrade the version of this feature without setting the upgrade type to either "
                         "safe or unsafe downgrade.")
         if level > current and utype != "UPGRADE":
             return fail("Can't downgrade to a newer version.")
-        if feature == "metadata.version":
+        if is_mv:
             if level not in mv.MV_LEVELS:
                 return fail("Unknown metadata.version.", True)
             if level < mv.MIN_BOOTSTRAP_LEVEL:
@@ -481,6 +638,18 @@ class _Planner:
                     return fail("Refusing to perform the requested downgrade because it might delete metadata "
                                 "information.", True)
                 return fail("Unsafe metadata downgrade is not supported in this version.", True)
+            return 0, None
+        if feature not in mv.FEATURE_DEFINED_LEVELS:
+            return fail(f"Feature {feature} not found.")
+        if level not in mv.FEATURE_DEFINED_LEVELS[feature]:
+            return fail(f"Feature {feature} has no level {level}.")
+        mv_after = (proposed or {}).get("metadata.version", self.mv)
+        if level >= 1 and mv_after < mv.MIN_FEATURE_MV_LEVEL:
+            return fail(f"{feature} could not be set to {level} because it depends on metadata.version="
+                        f"{mv.MIN_FEATURE_MV_LEVEL} (3.3-IV0)")
+        need = mv.FEATURE_MV_DEPENDENCY.get((feature, level))
+        if need is not None and mv_after < need:
+            return fail(f"{feature} could not be set to {level} because it depends on metadata.version level {need}")
         return 0, None
 
     def feature_update(self, t: int, feature: str, level: int, utype: str, *, reason: str) -> bool:
@@ -494,6 +663,8 @@ class _Planner:
                 self.mv = level
                 if crossed:
                     self.register_controllers(t)
+            elif level == 0:
+                self.features.pop(feature, None)       # level 0 removes the feature (facts §5.4)
             else:
                 self.features[feature] = level
         self.freqs.append(FeatureRequest(t, feature, level, utype, False, code, msg, off))
@@ -600,14 +771,14 @@ class _Planner:
                                                 in_controlled_shutdown=1)])
                 info["shutdown_offset"] = f
             if controlled:
-                f, _ = self.emit(start + 50, self.isolate(b))
+                f, _ = self.emit(start + 50, self.isolate(start + 50, b))
                 info["leaders_moved_offset"] = f
                 f, _ = self.emit(start + 100, [self.fence_record(b, True)])
                 info["fence_offset"] = f
         at(start, shutdown_begin)
         if not controlled:
             def crash_fence() -> None:
-                f, _ = self.emit(start + st, [*self.isolate(b), self.fence_record(b, True)])
+                f, _ = self.emit(start + st, [*self.isolate(start + st, b), self.fence_record(b, True)])
                 info["fence_offset"] = f
             at(start + st, crash_fence)
         up = start + down
@@ -629,7 +800,7 @@ class _Planner:
         at(up + CATCHUP_MS, unfence)
 
         def rejoin() -> None:
-            f, last = self.emit(up + CATCHUP_MS + 100, self.rejoin(b))
+            f, last = self.emit(up + CATCHUP_MS + 100, self.rejoin(up + CATCHUP_MS + 100, b))
             self.event("broker_restart", start, up + CATCHUP_MS + 100, broker_id=b, first_offset=info.get("fence_offset"),
                        last_offset=last, controlled=controlled, tag=tag, software_version=self.software[b], **info)
         at(up + CATCHUP_MS + 100, rejoin)
@@ -641,7 +812,7 @@ class _Planner:
         fenced = dur > st
 
         def fence() -> None:
-            f, last = self.emit(start + st, [*self.isolate(b), self.fence_record(b, True)])
+            f, last = self.emit(start + st, [*self.isolate(start + st, b), self.fence_record(b, True)])
             info["fence_offset"] = last
             info["fenced_at_ms"] = start + st
         if fenced:
@@ -652,7 +823,7 @@ class _Planner:
             if fenced:
                 f, _ = self.emit(start + dur, [self.fence_record(b, False)])
                 info["unfence_offset"] = f
-                _, last = self.emit(start + dur + CATCHUP_MS, self.rejoin(b))
+                _, last = self.emit(start + dur + CATCHUP_MS, self.rejoin(start + dur + CATCHUP_MS, b))
             self.event("network_partition", start, start + dur, broker_id=b, first_offset=info.get("fence_offset"),
                        last_offset=last, fenced=fenced, broker_epoch=self.brokers[b]["epoch"], **info)
         at(start + dur, heal)
@@ -676,6 +847,9 @@ class _Planner:
             ("metadata.version", mv.SOFTWARE_MAX_LEVEL[self.controller_software] + 1, "UPGRADE"),
             ("group.version", 1, "UPGRADE"),
             ("metadata.version", 3, "UNSAFE_DOWNGRADE"),
+            ("kraft.version", 1, "UPGRADE"),
+            ("transaction.version", 2, "UPGRADE"),
+            ("no.such.feature", 1, "UPGRADE"),
         ]
         feature, level, utype = kinds[i % len(kinds)]
         code, msg = self.check_feature_update(feature, level, utype)
@@ -699,7 +873,8 @@ class _Planner:
             rec = self.partition_record(tid, pid, reps, leader)
             rec.data["isr"] = isr
             recs.append(rec)
-            self.temp_parts[(tid, pid)] = {"replicas": reps, "isr": isr, "leader": leader}
+            self.temp_parts[(tid, pid)] = {"replicas": list(reps), "isr": list(isr), "leader": leader, "elr": [],
+                                           "lke": []}
         first, last = self.emit(t, recs)
         self.live_topics[tid] = name
         self.set_config(t, 2, name, "retention.ms", "3600000")
@@ -716,14 +891,9 @@ class _Planner:
             return
         add, drop = spare[0], st["replicas"][-1]
         st["target"] = [r for r in st["replicas"] if r != drop] + [add]
-        st["adding"], st["removing"] = [add], [drop]
-        st["replicas"] = st["replicas"] + [add]
-        v = self.pc_version()
-        data: dict[str, Any] = {"partition_id": 0, "topic_id": tid, "replicas": list(st["replicas"]),
-                                "adding_replicas": [add], "removing_replicas": [drop]}
-        if v >= 1:
-            data["directories"] = [ZERO_UUID] * len(st["replicas"])
-        first, last = self.emit(t, [record(PARTITION_CHANGE, v, **data)])
+        rec = self.change(st, tid, 0, replicas=st["replicas"] + [add], adding=[add], removing=[drop])
+        assert rec is not None
+        first, last = self.emit(t, [rec])
         self.event("reassignment_started", t, None, first_offset=first, last_offset=last, topic_id=tid, partition_id=0,
                    adding=[add], removing=[drop])
 
@@ -733,17 +903,12 @@ class _Planner:
         if st is None or not st.get("target"):
             return
         target = st.pop("target")
-        st.pop("adding")
-        drop = st.pop("removing")[0]
-        st["replicas"] = target
-        st["isr"] = [r for r in target if r not in self.down]
-        st["leader"] = st["isr"][0] if st["isr"] else -1
-        v = self.pc_version()
-        data: dict[str, Any] = {"partition_id": 0, "topic_id": tid, "replicas": list(target), "isr": list(st["isr"]),
-                                "leader": st["leader"], "adding_replicas": [], "removing_replicas": []}
-        if v >= 1:
-            data["directories"] = [ZERO_UUID] * len(target)
-        first, last = self.emit(t, [record(PARTITION_CHANGE, v, **data)])
+        drop = st["removing"][0]
+        isr = [r for r in target if r not in self.down]
+        leader = st["leader"] if st["leader"] in isr else (isr[0] if isr else -1)
+        rec = self.change(st, tid, 0, replicas=target, isr=isr, leader=leader, adding=[], removing=[])
+        assert rec is not None
+        first, last = self.emit(t, [rec])
         self.event("reassignment_completed", t, None, first_offset=first, last_offset=last, topic_id=tid,
                    partition_id=0, removed=drop, replicas=target)
 
@@ -856,7 +1021,8 @@ class _Planner:
         noop_ok = self.mv >= mv.NOOP_LEVEL
         n = lay.prefix(lay.n_batches, not noop_ok) - lay.prefix(self.pos, not noop_ok)
         self.segments.append(Segment(len(self.segments), self.pos, lay.n_batches, self.cursor, noop_ok, self.mv,
-                                     self.raft_epoch, sorted(self.down), self.seg_start_ms, None, self.cursor + n - 1))
+                                     self.raft_epoch, sorted(self.down), self.seg_start_ms, None, self.cursor + n - 1,
+                                     list(self.reset_at)))
         self.cursor += n
         self.pos = lay.n_batches
 

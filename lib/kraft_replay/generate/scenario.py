@@ -78,6 +78,7 @@ class Topics(_Strict):
     stable: int = Field(ge=1)
     partitions: int = Field(ge=1)
     replication_factor: int = Field(3, ge=1)
+    min_insync_replicas: int = Field(1, ge=1)   # cluster default written as a BROKER config when not 1
     temporary: TemporaryTopics = TemporaryTopics()
 
 
@@ -232,6 +233,10 @@ class Scenario(_Strict):
         if self.topics.replication_factor > self.brokers.count:
             raise _KeyError("topics.replication_factor",
                             f"replication factor {self.topics.replication_factor} exceeds brokers.count {self.brokers.count}")
+        if self.topics.min_insync_replicas > self.topics.replication_factor:
+            raise _KeyError("topics.min_insync_replicas",
+                            f"min.insync.replicas {self.topics.min_insync_replicas} exceeds the replication factor "
+                            f"{self.topics.replication_factor}")
         level = int(self.bootstrap_metadata_version)
         if level > SOFTWARE_MAX_LEVEL[self.brokers.software_version]:
             raise _KeyError("bootstrap_metadata_version",
