@@ -54,7 +54,14 @@ from kraft_replay.codec.arrow import (
 )
 from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.errors import IngestError
-from kraft_replay.ingest.plan import DEFAULT_SPLIT_BYTES, first_offset_of, plan_ranges, plan_tasks, sha256_of
+from kraft_replay.ingest.plan import (
+    DEFAULT_SPLIT_BYTES,
+    first_offset_of,
+    plan_chain_tasks,
+    plan_ranges,
+    plan_tasks,
+    sha256_of,
+)
 from kraft_replay.ingest.sources import InputFile, discover
 from kraft_replay.lake.staged import write_staged_arrow
 from kraft_replay.ingest.tables import (
@@ -80,6 +87,10 @@ STATS_SCHEMA = pa.schema([
     pa.field("last_offset", pa.int64()),
     pa.field("q_position", pa.int64()),     # first quarantined range of the task (for --strict's message)
     pa.field("q_reason", pa.string()),
+    pa.field("q_bytes", pa.int64()),        # bytes of the file quarantined by the task
+    pa.field("first_pos", pa.int64()),      # where the task started decoding (null: no batch starts in its range)
+    pa.field("end_pos", pa.int64()),        # where its decoding stopped (the end of its last batch, or of the data)
+    pa.field("read_bytes", pa.int64()),     # bytes the task read from the file
 ])
 SIDE_TABLES = {METADATA_CONTROL: CONTROL_SCHEMA, SNAPSHOT_RECORDS: SNAPSHOT_SCHEMA, INGEST_QUARANTINE: QUARANTINE_SCHEMA}
 
@@ -113,62 +124,80 @@ def _write_side(staging: str, table: str, task_id: int, batches: list[pa.RecordB
 _SLACK_BYTES = 256 * 1024
 
 
-def _decode_range(read: Callable[[int, int], bytes], pos: int, stop_at: int, end: int, **common) -> Iterator:  # noqa: ANN003
+def _decode_range(read: Callable[[int, int], bytes], pos: int, stop_at: int, end: int, out: dict, **common) -> Iterator:  # noqa: ANN003
     """DecodedChunks of the batches that start in ``[pos, stop_at)``; ``read(a, b)`` gives the bytes
     ``[a, b)`` and ``end`` is where the data ends (the file's end, or an aligned task's end). Pieces of
     about ``_PIECE_BYTES`` are decoded at a time; a batch (or a range that ends the scan) that needs
-    more bytes than a piece holds is decoded from a longer read."""
+    more bytes than a piece holds is decoded from a longer read. ``out["end_pos"]`` is set to where
+    decoding stopped (the end of the last batch decoded, or the end of the data)."""
     from kraft_replay.codec.arrow import decode_to_arrow
 
-    window = _PIECE_BYTES + _SLACK_BYTES
+    slack = _SLACK_BYTES
+    out["end_pos"] = pos
     while pos < stop_at:
-        hi = min(end, pos + window)
+        piece = min(_PIECE_BYTES, stop_at - pos)
+        hi = min(end, pos + piece + slack)  # never much past stop_at: a task reads O(its range)
         buf = read(pos, hi)
         eof = hi >= end or len(buf) < hi - pos
-        c = decode_to_arrow(buf, base_position=pos, stop=min(_PIECE_BYTES, stop_at - pos), at_eof=eof, **common)
+        c = decode_to_arrow(buf, base_position=pos, stop=piece, at_eof=eof, **common)
         if c.consumed == 0:
             if eof:  # pragma: no cover - at the end of the data the decoder always moves on
                 break
-            window *= 2
+            slack = 2 * (piece + slack)  # a batch longer than the read: read more
             continue
-        window = _PIECE_BYTES + _SLACK_BYTES
+        slack = _SLACK_BYTES
         yield c
         pos += c.consumed
+        out["end_pos"] = pos
 
 
-def _task_chunks(t: dict, ingested_at: datetime) -> Iterator:
-    """DecodedChunks of one task row (see :class:`kraft_replay.ingest.plan.Task`)."""
-    from kraft_replay.ingest.plan import first_batch_at_or_after
+def _task_chunks(t: dict, ingested_at: datetime, out: dict | None = None) -> Iterator:
+    """DecodedChunks of one task row (see :class:`kraft_replay.ingest.plan.Task`). ``out`` receives
+    ``first_pos`` / ``end_pos`` (where decoding started and stopped; ``first_pos`` None when no batch
+    starts in the range) and ``read_bytes``."""
+    from kraft_replay.ingest.plan import RangeReader, find_batch_start
     from kraft_replay.ingest.sources import read_range
 
+    out = {} if out is None else out
     kind = t["file_kind"]
     path, start, end = t["path"], t["start"], t["end"]
+    out.update(first_pos=None, end_pos=None, read_bytes=0)
     if kind == FileKind.DUMP_TEXT.value:
         from kraft_replay.ingest.dumptext import parse_dump_text
 
-        yield parse_dump_text(read_range(path, start, end), cluster_id=t["cluster_id"], source_file=t["source_file"],
-                              ingested_at=ingested_at)
+        text = read_range(path, start, end)
+        out.update(first_pos=start, end_pos=start + len(text), read_bytes=len(text))
+        yield parse_dump_text(text, cluster_id=t["cluster_id"], source_file=t["source_file"], ingested_at=ingested_at)
         return
     common = dict(cluster_id=t["cluster_id"], source_file=t["source_file"], file_kind=kind,
                   snapshot_end_offset=t["snapshot_end_offset"], snapshot_epoch=t["snapshot_epoch"], ingested_at=ingested_at)
-    if t.get("aligned", True):
-        # both ends are batch boundaries (or the end of the file): the range is decoded on its own
-        data = read_range(path, start, end)
-        yield from _decode_range(lambda a, b: data[a - start:b - start], start, start + len(data), start + len(data), **common)
-        return
-    size = t["file_size"]
-    first = first_batch_at_or_after(path, size, start)
-    if first is None or first >= end:
-        return  # no batch starts in this range (or the chain ended before it: an earlier task quarantines the rest)
-    yield from _decode_range(lambda a, b: read_range(path, a, b), first, end, size, **common)
+    with RangeReader(path) as reader:
+        try:
+            if t.get("aligned", True):
+                # both ends are batch boundaries (or the end of the file): the range is decoded on its own
+                data = reader.read(start, end)
+                out["first_pos"] = start
+                yield from _decode_range(lambda a, b: data[a - start:b - start], start, start + len(data), start + len(data),
+                                         out, **common)
+                return
+            size = t["file_size"]
+            # resynchronise from the range's own start (linear: the driver checks that the ranges chain)
+            first = 0 if start == 0 else find_batch_start(reader.read, start, end, size)
+            if first is None:
+                return  # no batch starts in this range
+            out["first_pos"] = first
+            yield from _decode_range(reader.read, first, end, size, out, **common)
+        finally:
+            out["read_bytes"] = reader.bytes_read
 
 
 def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log: bool = True,
-                 sinks: dict | None = None) -> Iterator[pa.RecordBatch]:
+                 sinks: dict | None = None, records_acc=None) -> Iterator[pa.RecordBatch]:  # noqa: ANN001
     """Decode task rows (file, byte range, kind ...): yield ``metadata_log`` batches, and write the
     task's control/snapshot/quarantine rows and its statistics row into ``staging`` (deterministic
     file names, so a retried task overwrites its own output). A side table named in ``sinks`` (a
-    :class:`kraft_replay.lake.staged.StagedWrite` per table) is written into that staged write instead."""
+    :class:`kraft_replay.lake.staged.StagedWrite` per table) is written into that staged write instead.
+    ``records_acc``: a Spark accumulator the decoded record count is added to (live progress)."""
     from kraft_replay.codec.arrow import ChunkStats
 
     sinks = sinks or {}
@@ -176,18 +205,25 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
         side: dict[str, list[pa.RecordBatch]] = {name: [] for name in SIDE_TABLES}
         total = ChunkStats()
         first_q: tuple[int, str] | None = None
-        for c in _task_chunks(t, ingested_at):
+        q_bytes = 0
+        where: dict = {}
+        for c in _task_chunks(t, ingested_at, where):
             if emit_log and c.log.num_rows:
                 yield c.log
             for name, part in ((METADATA_CONTROL, c.control), (SNAPSHOT_RECORDS, c.snapshot), (INGEST_QUARANTINE, c.quarantine)):
                 if part.num_rows:
                     side[name].append(part)
             if c.quarantine.num_rows:
+                import pyarrow.compute as pc
+
+                q_bytes += pc.sum(c.quarantine.column("length")).as_py() or 0
                 qp = c.quarantine.column("source_position").to_pylist()
                 i = min(range(len(qp)), key=qp.__getitem__)
                 if first_q is None or qp[i] < first_q[0]:
                     first_q = (qp[i], c.quarantine.column("reason_code")[i].as_py())
             s = c.stats
+            if records_acc is not None and s.records:
+                records_acc.add(s.records)
             total.bytes += s.bytes
             total.batches += s.batches
             total.records += s.records
@@ -205,16 +241,19 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
                 _write_side(staging, name, t["task_id"], parts, SIDE_TABLES[name])
         stats = {"task_id": t["task_id"], "bytes": total.bytes, "batches": total.batches, "records": total.records,
                  "quarantined": total.quarantined, "first_offset": total.first_offset, "last_offset": total.last_offset,
-                 "q_position": None if first_q is None else first_q[0], "q_reason": None if first_q is None else first_q[1]}
+                 "q_position": None if first_q is None else first_q[0], "q_reason": None if first_q is None else first_q[1],
+                 "q_bytes": q_bytes, "first_pos": where.get("first_pos"), "end_pos": where.get("end_pos"),
+                 "read_bytes": where.get("read_bytes", 0)}
         _write_side(staging, STATS, t["task_id"],
                     [pa.RecordBatch.from_arrays([pa.array([stats[f.name]], f.type) for f in STATS_SCHEMA], schema=STATS_SCHEMA)],
                     STATS_SCHEMA)
 
 
-def _mapper(ingested_at: datetime, staging: str, emit_log: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _mapper(ingested_at: datetime, staging: str, emit_log: bool,
+            records_acc=None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            yield from decode_tasks(b.to_pylist(), ingested_at, staging, emit_log)
+            yield from decode_tasks(b.to_pylist(), ingested_at, staging, emit_log, records_acc=records_acc)
 
     return run
 
@@ -226,7 +265,8 @@ WRITTEN_SCHEMA = StructType([
 ])
 
 
-def _staged_mapper(ingested_at: datetime, staging: str, staged: dict) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _staged_mapper(ingested_at: datetime, staging: str, staged: dict,
+                   records_acc=None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
     """Decode tasks and write their rows with pyarrow into staged writes of the lake (``staged``: a
     :class:`kraft_replay.lake.staged.StagedWrite` per table; ``metadata_log`` required, side tables
     not named there go to ``staging``); yield one small row per task (files, log rows).
@@ -246,7 +286,7 @@ def _staged_mapper(ingested_at: datetime, staging: str, staged: dict) -> Callabl
                         rows += batch.num_rows
                         yield batch
 
-                paths = write_staged_arrow(staged[METADATA_LOG], counted(decode_tasks([t], ingested_at, staging, True, sides)),
+                paths = write_staged_arrow(staged[METADATA_LOG], counted(decode_tasks([t], ingested_at, staging, True, sides, records_acc)),
                                            part_id=f"{t['task_id']:06d}")
                 yield pa.RecordBatch.from_pydict({"task_id": [t["task_id"]], "files": [len(paths)], "rows": [rows]},
                                                  schema=pa.schema([("task_id", pa.int64()), ("files", pa.int64()),
@@ -266,6 +306,8 @@ class FileResult:
     quarantined: int = 0
     first_offset: int | None = None
     last_offset: int | None = None
+    quarantined_bytes: int = 0
+    first_quarantined: tuple[int, str] | None = None   # (byte position, reason code) of the first range
 
 
 @dataclass
@@ -296,10 +338,16 @@ class IngestSummary:
             "  rows written: " + ", ".join(f"{k}={v}" for k, v in self.rows.items()),
         ]
         if self.quarantined:
-            out.append(f"  quarantined: {self.quarantined} range(s); see table ingest_quarantine")
+            qb = sum(f.quarantined_bytes for f in self.files)
+            out.append(f"  quarantined: {self.quarantined} range(s), {qb} bytes; see table ingest_quarantine")
         for f in self.files:
             if f.quarantined:
-                out.append(f"    {f.file.name}: {f.quarantined} quarantined (offsets {f.first_offset}..{f.last_offset} ingested)")
+                at = ""
+                if f.first_quarantined is not None:
+                    unit = "line" if f.file.kind is FileKind.DUMP_TEXT else "byte"
+                    at = f", first at {unit} {f.first_quarantined[0]} ({f.first_quarantined[1]})"
+                out.append(f"    {f.file.name}: {f.quarantined} range(s), {f.quarantined_bytes} bytes quarantined{at}; "
+                           f"offsets {f.first_offset}..{f.last_offset} ingested")
         if self.skipped:
             out.append(f"  skipped: {len(self.skipped)} file(s)")
             out.extend(f"    {p}: {why}" for p, why in self.skipped[:20])
@@ -307,13 +355,30 @@ class IngestSummary:
 
 
 class _Progress(threading.Thread):
-    """Prints decode progress (tasks, MB, records/s estimate) every ``every`` seconds."""
+    """Prints decode progress every ``every`` seconds: tasks done, MB (estimated from the finished
+    tasks' share), MB/s and records/s (from the records accumulator the decode tasks add to; Spark
+    merges a task's additions when it finishes)."""
 
-    def __init__(self, spark: SparkSession, total_bytes: int, say: Callable[[str], None], every: float = 5.0):
+    every = 5.0
+
+    def __init__(self, spark: SparkSession, total_bytes: int, say: Callable[[str], None], records_acc=None,  # noqa: ANN001
+                 every: float | None = None):
         super().__init__(daemon=True)
-        self.spark, self.total_bytes, self.say, self.every = spark, total_bytes, say, every
+        self.spark, self.total_bytes, self.say, self.records_acc = spark, total_bytes, say, records_acc
+        if every is not None:
+            self.every = every
         self.stop_evt = threading.Event()
         self.t0 = time.time()
+
+    def line(self, done: int, total: int) -> str:
+        secs = max(time.time() - self.t0, 1e-9)
+        mb = self.total_bytes / 1e6 * done / max(total, 1)
+        text = (f"  decoding: {done}/{total} tasks, ~{mb:.0f}/{self.total_bytes / 1e6:.0f} MB "
+                f"({mb / secs:.1f} MB/s)")
+        if self.records_acc is not None:
+            records = int(self.records_acc.value)
+            text += f", {records:,} records ({records / secs:,.0f} records/s)"
+        return text + f", {secs:.0f}s"
 
     def run(self) -> None:
         tracker = self.spark.sparkContext.statusTracker()
@@ -325,10 +390,7 @@ class _Progress(threading.Thread):
                     done += info.numCompletedTasks
                     total += info.numTasks
             if total:
-                mb = self.total_bytes / 1e6 * done / total
-                secs = time.time() - self.t0
-                self.say(f"  decoding: {done}/{total} tasks, ~{mb:.0f}/{self.total_bytes / 1e6:.0f} MB "
-                         f"({mb / max(secs, 1e-9):.1f} MB/s), {secs:.0f}s")
+                self.say(self.line(done, total))
 
 
 def _ranges_overlap(ranges: list[tuple[int, int]]) -> bool:
@@ -409,8 +471,10 @@ def run_ingest(
         stats: list[dict] | None = None
         tasks: list = []
         if bounds is not None:
-            tasks = plan_ranges(todo, split_bytes)
-            stats = _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, strict, app_id, summary, say)
+            direct = _ingest_direct(spark, lake, todo, plan_ranges(todo, split_bytes), bounds, staging, ingested_at, strict,
+                                    app_id, summary, say, split_bytes)
+            if direct is not None:
+                stats, tasks = direct
         if stats is None:
             stats, tasks = _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say)
         by_task = {t.task_id: t for t in tasks}
@@ -420,6 +484,9 @@ def run_ingest(
             r.batches += st["batches"]
             r.records += st["records"]
             r.quarantined += st["quarantined"]
+            r.quarantined_bytes += st.get("q_bytes") or 0
+            if st["q_position"] is not None and (r.first_quarantined is None or st["q_position"] < r.first_quarantined[0]):
+                r.first_quarantined = (st["q_position"], st["q_reason"])
             if st["first_offset"] is not None:
                 r.first_offset = st["first_offset"] if r.first_offset is None else min(r.first_offset, st["first_offset"])
                 r.last_offset = st["last_offset"] if r.last_offset is None else max(r.last_offset, st["last_offset"])
@@ -558,17 +625,73 @@ def _direct_bounds(spark: SparkSession, lake, todo: list[InputFile], counts: dic
     return bounds
 
 
-def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, strict, app_id, summary, say):  # noqa: ANN001, ANN202, PLR0913
+def _tasks_df(spark: SparkSession, tasks: list) -> DataFrame:
+    rows = [(t.task_id, t.path, t.source_file, t.file_kind, t.cluster_id, t.start, t.end,
+             t.snapshot_end_offset, t.snapshot_epoch, t.aligned, t.file_size) for t in tasks]
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))), _TASK_SCHEMA)
+
+
+def _unchained(tasks: list, stats: dict[int, dict]) -> dict[str, tuple[int, list[int], int | None]]:
+    """Files whose resynchronised ranges do not chain (see :mod:`.plan`): by path, the last verified
+    batch boundary to decode again from, the ids of the tasks whose output must be discarded, and
+    the first batch position the first unverified task found (None: none). Task *i+1* must start exactly where task *i*'s last
+    batch ended, or (no batch found in its range) lie wholly inside task *i*'s last batch."""
+    by_file: dict[str, list] = {}
+    for t in tasks:
+        if not t.aligned:
+            by_file.setdefault(t.path, []).append(t)
+    broken: dict[str, tuple[int, list[int], int | None]] = {}
+    for path, ts in by_file.items():
+        ts.sort(key=lambda t: t.start)
+        expected = stats[ts[0].task_id]["end_pos"]
+        for k in range(1, len(ts)):
+            t = ts[k]
+            fp = stats[t.task_id]["first_pos"]
+            ok = expected is not None and (fp == expected if fp is not None else expected >= t.end)
+            if not ok:
+                if expected is None:
+                    broken[path] = (0, [x.task_id for x in ts], fp)
+                else:
+                    broken[path] = (expected, [x.task_id for x in ts[k:]], fp)
+                break
+            if fp is not None:
+                expected = stats[t.task_id]["end_pos"]
+    return broken
+
+
+def _discard_task_output(staged: list, staging: str, task_ids: list[int]) -> None:
+    """Delete what the tasks ``task_ids`` wrote: their files in the staged writes (named
+    ``part-<task id>-<n>`` by ``write_staged_arrow``), side-table files and statistics in ``staging``."""
+    from pyarrow import fs as pafs
+
+    prefixes = tuple(p for tid in task_ids for p in (f"part-{tid:06d}-", f".part-{tid:06d}-"))
+    for st in staged:
+        fs = st.filesystem()
+        for info in fs.get_file_info(pafs.FileSelector(st.path, recursive=True, allow_not_found=True)):
+            if info.type == pafs.FileType.File and info.base_name.startswith(prefixes):
+                fs.delete_file(info.path)
+    fs, root = _fs_of(staging)
+    for name in (STATS, *SIDE_TABLES):
+        for tid in task_ids:
+            try:
+                fs.delete_file(f"{root}/{name}/task-{tid:06d}.parquet")
+            except (FileNotFoundError, OSError):
+                pass
+
+
+def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, strict, app_id, summary, say,  # noqa: ANN001, ANN202, PLR0913
+                   split_bytes=DEFAULT_SPLIT_BYTES):
     """The direct path: one decode job whose tasks write every table's rows with pyarrow into staged
-    writes; the driver commits them in order with the run's txn. Returns the task statistics, or
-    None when a file's decoded offsets left its bounds (nothing committed; the caller de-duplicates)."""
+    writes; the driver verifies that the resynchronised ranges of every file chain (else discards
+    the output of that file's unverified tasks and decodes the rest of the file again with
+    batch-aligned tasks from a chain walk, into the same staged writes) and commits them in order
+    with the run's txn. Returns ``(statistics, tasks)``, or None when a file's decoded offsets left
+    its bounds (nothing committed; the caller de-duplicates)."""
     say(f"ingest {summary.run_id}: decoding {len(todo)} file(s), {summary.bytes / 1e6:.1f} MB in {len(tasks)} task(s)")
-    task_rows = [(t.task_id, t.path, t.source_file, t.file_kind, t.cluster_id, t.start, t.end,
-                  t.snapshot_end_offset, t.snapshot_epoch, t.aligned, t.file_size) for t in tasks]
-    tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
     order = (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE)
     staged = {name: lake.new_staging(name) for name in order}
     pending = dict(staged)
+    records_acc = spark.sparkContext.accumulator(0)
 
     def abort_pending() -> None:
         for st in pending.values():
@@ -577,43 +700,78 @@ def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, stric
             except Exception:  # noqa: BLE001 - best effort: uncommitted files are invisible and vacuumed
                 pass
 
+    def decode(job: list) -> dict[int, int]:
+        mapper = _staged_mapper(ingested_at, staging, staged, records_acc)
+        rows = _with_progress(spark, sum(t.end - t.start for t in job), say,
+                              lambda: _tasks_df(spark, job).mapInArrow(mapper, WRITTEN_SCHEMA).collect(), records_acc)
+        return {r["task_id"]: r["rows"] for r in rows}
+
     t1 = time.time()
     try:
-        written = _with_progress(spark, summary.bytes, say,
-                                 lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, staged), WRITTEN_SCHEMA).collect())
-        stats = _read_stats(staging)
-        if len(stats) != len(tasks):
+        written = decode(tasks)
+        stats = {st["task_id"]: st for st in _read_stats(staging)}
+        if set(stats) != {t.task_id for t in tasks}:
             raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
+        broken = _unchained(tasks, stats)
+        if broken:
+            files = {f.path: f for f in todo}
+            next_id = max(t.task_id for t in tasks) + 1
+            redo: list = []
+            dropped: set[int] = set()
+            for path, (resume, drop, at) in sorted(broken.items()):
+                f = files[path]
+                _discard_task_output(list(staged.values()), staging, drop)
+                dropped.update(drop)
+                again = plan_chain_tasks(f, resume, split_bytes, next_id)
+                next_id += len(again)
+                redo += again
+                say(f"ingest {summary.run_id}: {f.name}: byte ranges do not chain after byte {resume} (a range found "
+                    f"{'no batch' if at is None else f'its first batch at byte {at}'}: corrupt data or a batch-like payload); "
+                    f"decoding bytes {resume}..{f.size} again in {len(again)} batch-aligned task(s)")
+            tasks = [t for t in tasks if t.task_id not in dropped] + redo
+            for tid in dropped:
+                written.pop(tid, None)
+            if redo:
+                written.update(decode(redo))
+            keep = {t.task_id for t in tasks}
+            stats = {st["task_id"]: st for st in _read_stats(staging) if st["task_id"] in keep}
+            if set(stats) != keep:
+                raise IngestError(f"internal: {len(stats)} of {len(keep)} decode tasks reported statistics in {staging}; "
+                                  "re-run the ingest")
         by_task = {t.task_id: t for t in tasks}
-        for st in stats:
+        stats_list = [stats[t.task_id] for t in tasks]
+        for st in stats_list:
             b = bounds.get(by_task[st["task_id"]].path)
             if st["first_offset"] is not None and b is not None and not (b[0] <= st["first_offset"] and st["last_offset"] <= b[1]):
                 abort_pending()
                 say(f"ingest {summary.run_id}: {by_task[st['task_id']].source_file} holds offsets outside "
                     f"{b[0]}..{b[1]}; decoding again with de-duplication")
                 return None
-        quarantined = [st for st in stats if st["quarantined"]]
+        quarantined = [st for st in stats_list if st["quarantined"]]
         if strict and quarantined:
-            q = sum(st["quarantined"] for st in quarantined)
-            first = min(quarantined, key=lambda st: (by_task[st["task_id"]].source_file, st["q_position"]))
-            raise IngestError(
-                f"--strict: {q} range(s) could not be decoded (first: {by_task[first['task_id']].source_file} "
-                f"at byte {first['q_position']}: {first['q_reason']}); nothing committed. "
-                "Re-run without --strict to ingest the valid batches and quarantine the rest"
-            )
-        say(f"  decoded {sum(st['records'] for st in stats)} records in {time.time() - t1:.1f}s; committing")
+            raise IngestError(_strict_message(quarantined, by_task))
+        say(f"  decoded {sum(st['records'] for st in stats_list)} records in {time.time() - t1:.1f}s; committing")
         for name in order:
             st = pending.pop(name)
             res = lake.commit_staged(st, txn=(app_id(), 1))
             summary.rows[name] = 0 if res.skipped else int(res.rows)
-            if name == METADATA_LOG and not res.skipped and res.rows != sum(r["rows"] for r in written):
-                raise IngestError(f"internal: workers wrote {sum(r['rows'] for r in written)} {METADATA_LOG} rows but "
+            if name == METADATA_LOG and not res.skipped and res.rows != sum(written.values()):
+                raise IngestError(f"internal: workers wrote {sum(written.values())} {METADATA_LOG} rows but "
                                   f"{res.rows} were committed (version {res.version}); check the table's history")
         say(f"  wrote {', '.join(f'{k}={v}' for k, v in summary.rows.items())} in {time.time() - t1:.1f}s")
     except BaseException:
         abort_pending()
         raise
-    return stats
+    return stats_list, tasks
+
+
+def _strict_message(quarantined: list[dict], by_task: dict) -> str:
+    q = sum(st["quarantined"] for st in quarantined)
+    nbytes = sum(st.get("q_bytes") or 0 for st in quarantined)
+    first = min(quarantined, key=lambda st: (by_task[st["task_id"]].source_file, st["q_position"]))
+    return (f"--strict: {q} range(s), {nbytes} bytes could not be decoded (first: {by_task[first['task_id']].source_file} "
+            f"at byte {first['q_position']}: {first['q_reason']}); nothing committed. "
+            "Re-run without --strict to ingest the valid batches and quarantine the rest")
 
 
 def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say):  # noqa: ANN001, ANN202, PLR0913
@@ -622,22 +780,16 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
     anti-joins and appends through the lake. Returns the task statistics and the tasks."""
     tasks, walks = plan_tasks(todo, split_bytes)
     say(f"ingest {summary.run_id}: decoding {len(todo)} file(s), {summary.bytes / 1e6:.1f} MB in {len(tasks)} task(s)")
-    task_rows = [(t.task_id, t.path, t.source_file, t.file_kind, t.cluster_id, t.start, t.end,
-                  t.snapshot_end_offset, t.snapshot_epoch, t.aligned, t.file_size) for t in tasks]
-    tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(task_rows, max(1, len(task_rows))), _TASK_SCHEMA)
+    tasks_df = _tasks_df(spark, tasks)
     log_schema = spark_schema(LOG_SCHEMA)
     _remove(staging)  # a direct attempt that fell back may have left statistics there
     if strict:
-        _with_progress(spark, summary.bytes, say, lambda: tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count())
-        q = sum(r["quarantined"] for r in _read_stats(staging))
-        if q:
-            first = spark.read.schema(spark_schema(QUARANTINE_SCHEMA)).parquet(f"{staging}/{INGEST_QUARANTINE}").orderBy(
-                "source_file", "source_position").select("source_file", "source_position", "reason_code").limit(1).collect()[0]
-            raise IngestError(
-                f"--strict: {q} range(s) could not be decoded (first: {first['source_file']} "
-                f"at byte {first['source_position']}: {first['reason_code']}); nothing committed. "
-                "Re-run without --strict to ingest the valid batches and quarantine the rest"
-            )
+        acc = spark.sparkContext.accumulator(0)
+        _with_progress(spark, summary.bytes, say,
+                       lambda: tasks_df.mapInArrow(_mapper(ingested_at, staging, False, acc), log_schema).count(), acc)
+        quarantined = [st for st in _read_stats(staging) if st["quarantined"]]
+        if quarantined:
+            raise IngestError(_strict_message(quarantined, {t.task_id: t for t in tasks}))
 
     # metadata_log: each (cluster_id, offset) once
     seg_ranges: dict[str, list[tuple[int, int]]] = {}
@@ -666,10 +818,11 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         # No log offset can repeat (only the side tables need de-duplication): workers write their
         # decoded Arrow rows straight to Parquet (pyarrow) in a staged write.
         log_staged = lake.new_staging(METADATA_LOG)
+        acc = spark.sparkContext.accumulator(0)
         try:
             written = _with_progress(spark, summary.bytes, say,
-                                     lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, {METADATA_LOG: log_staged}),
-                                                                 WRITTEN_SCHEMA).collect())
+                                     lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, {METADATA_LOG: log_staged}, acc),
+                                                                 WRITTEN_SCHEMA).collect(), acc)
         except BaseException:
             lake.abort_staged(log_staged)
             raise
@@ -680,7 +833,8 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
     else:
         # Rows may repeat (overlapping inputs, or offsets already in the table): Spark plans the
         # de-duplication / anti-join and writes through lake.append.
-        log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True), log_schema)
+        acc = spark.sparkContext.accumulator(0)
+        log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True, acc), log_schema)
         if overlap:
             log_df = log_df.dropDuplicates(["cluster_id", "offset"])
         if existing is not None:
@@ -690,7 +844,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
         spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
         try:
-            res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id(), 1)))
+            res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id(), 1)), acc)
         finally:
             spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
         if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
@@ -752,8 +906,9 @@ def _read_stats(staging: str) -> list[dict]:
     return pq.read_table(p, filesystem=fs, schema=STATS_SCHEMA).to_pylist()
 
 
-def _with_progress(spark: SparkSession, total_bytes: int, say: Callable[[str], None], fn: Callable[[], object]):  # noqa: ANN202
-    progress = _Progress(spark, total_bytes, say)
+def _with_progress(spark: SparkSession, total_bytes: int, say: Callable[[str], None], fn: Callable[[], object],  # noqa: ANN202
+                   records_acc=None):  # noqa: ANN001
+    progress = _Progress(spark, total_bytes, say, records_acc)
     progress.start()
     try:
         return fn()
