@@ -169,5 +169,96 @@ def test_client_request_tables(tables, tiny_generated) -> None:
                     and r["partition_change"]["leader"] != -2:
                 leader, epoch = r["partition_change"]["leader"], epoch + 1
         assert (req["target_broker"], req["believed_leader_epoch"]) == (leader, epoch)
-    # stale beliefs exist: some requests carry an epoch lower than the one in force at send time
-    assert any(r["metadata_refreshed_at"] < r["request_time"] for r in pr)
+    # stale beliefs exist: some requests carry an epoch lower than the leader epoch in force at send time
+    import bisect
+
+    history: dict = {}
+    for r in log:
+        if r["api_key"] == 3:
+            d = r["partition"]
+            history[(d["topic_id"], d["partition_id"])] = [(r["append_time"], d["leader_epoch"])]
+        elif r["api_key"] == 5 and r["partition_change"]["leader"] != -2:
+            d = r["partition_change"]
+            h = history[(d["topic_id"], d["partition_id"])]
+            h.append((r["append_time"], h[-1][1] + 1))
+
+    def epoch_at(key, t):
+        h = history[key]
+        return h[bisect.bisect_right([x for x, _ in h], t) - 1][1]
+
+    stale = [r for r in pr if r["believed_leader_epoch"] < epoch_at((r["topic_id"], r["partition_id"]), r["request_time"])]
+    assert len(stale) >= len(pr) // 50, len(stale)
+    assert all(r["believed_leader_epoch"] <= epoch_at((r["topic_id"], r["partition_id"]), r["request_time"]) for r in pr)
+
+
+def test_controlled_shutdown_moves_leaders_off_the_broker(tables) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from generate_replay_checker import check_log
+
+    evs = [e for e in _events(tables, "broker_restart") if e["d"]["controlled"] and "shutdown_offset" in e["d"]]
+    assert evs
+    ctl = [r for r in tables["metadata_control"] if r["source_kind"] == "log"]
+    capture = {e["d"]["leaders_moved_offset"] for e in evs} | {e["d"]["fence_offset"] for e in evs}
+    _, img = check_log(tables["metadata_log"], ctl, capture=capture)
+    for e in evs:
+        b = e["broker_id"]
+        before = [k for k, st in img[e["d"]["leaders_moved_offset"]].partitions.items() if st["leader"] == b]
+        after = img[e["d"]["fence_offset"]]
+        assert before, f"broker {b} led nothing before its controlled shutdown"
+        assert not [k for k, st in after.partitions.items() if st["leader"] == b], "leaders left on the broker"
+        assert not [k for k, st in after.partitions.items() if b in st["isr"]], "broker left in ISRs"
+        assert after.brokers[b]["ics"] and not after.brokers[b]["fenced"]
+        assert tables["log_by_offset"][e["d"]["fence_offset"]]["broker_registration_change"]["fenced"] == 1
+
+
+def test_brokers_reregister_with_wider_ranges_before_the_metadata_version_raise(tables) -> None:
+    ru = _events(tables, "rolling_upgrade")[0]
+    final = ru["d"]["final_metadata_version"]
+    raise_rec = next(r for r in sorted(tables["metadata_log"], key=lambda r: r["offset"])
+                     if r["api_key"] == 12 and r["feature_level"] == {"name": "metadata.version", "feature_level": final})
+    regs = sorted((r for r in tables["metadata_log"] if r["api_key"] == 0), key=lambda r: r["offset"])
+    latest: dict = {}
+    first: dict = {}
+    for r in regs:
+        if r["offset"] > raise_rec["offset"]:
+            break
+        d = r["register_broker"]
+        mv = {f["name"]: f["max_supported_version"] for f in d["features"]}["metadata.version"]
+        first.setdefault(d["broker_id"], mv)
+        latest[d["broker_id"]] = (r["append_time"], mv)
+    assert len(latest) == 5
+    for b, (t, mv) in latest.items():
+        assert ru["start_time"] <= t < raise_rec["append_time"], b
+        assert first[b] < final <= mv, (b, first[b], mv)
+
+
+def test_stalls_and_heavy_tails_appear_in_broker_progress(tables, tiny_generated) -> None:
+    """tiny configures stall_probability 0.005 / stall_ms 3000 and a Pareto tail: some brokers stop applying
+    for the stall (the offset stays put for 3 samples while the log grows) and lags have a heavy tail."""
+    cfg = tiny_generated.result.plan.scenario.broker_progress
+    windows = tiny_generated.result.plan.windows
+    start = tiny_generated.result.plan.layout.start_ms
+
+    def in_window(b, ms):
+        return any(w.broker_id == b and w.start_ms - 5000 <= ms < w.end_ms + 5000 for w in windows)
+
+    lags, stalls = [], 0
+    for b in {r["broker_id"] for r in tables["broker_progress"]}:
+        samples = [s for s in _progress(tables, b) if s["applied_record_time"] is not None
+                   and not in_window(b, int(s["observed_at"].timestamp() * 1000))
+                   and s["observed_at"].timestamp() * 1000 > start + 5000]
+        lags += [(s["observed_at"] - s["applied_record_time"]).total_seconds() * 1000 for s in samples]
+        run = 1
+        for prev, cur in zip(samples, samples[1:]):
+            same = cur["applied_offset"] == prev["applied_offset"] and cur["observed_at"] - prev["observed_at"] < timedelta(seconds=2)
+            run = run + 1 if same else 1
+            if run == 3:
+                stalls += 1
+    lags.sort()
+    median, p999 = lags[len(lags) // 2], lags[int(len(lags) * 0.999)]
+    assert stalls >= 3, stalls
+    assert max(lags) >= cfg.lag.stall_ms - cfg.sample_interval_ms   # the last sample inside a stall
+    assert p999 > 4 * median, (median, p999)

@@ -3,8 +3,9 @@
 
 Rules: each broker is sampled every ``sample_interval_ms`` (with a per-broker phase). Its cache
 trails the log by a fetch lag drawn from a Pareto distribution (median and tail index from the
-scenario) plus occasional stalls; what it has applied never moves backwards within one process
-life. While network-partitioned from the controller its cache is frozen (constant offset) until the
+scenario: a heavy tail); a sample starts a stall with ``stall_probability``, and for ``stall_ms`` from
+there the broker applies nothing (its target stays at the stall start's), so the lag grows to
+``stall_ms``; what it has applied never moves backwards within one process life. While network-partitioned from the controller its cache is frozen (constant offset) until the
 partition heals; while restarting there are no samples; after a restart it first loads the latest
 snapshot (offset = snapshot end offset - 1) and then catches up. Randomness is a hash of
 (seed, broker, sample), so the table is the same for a seed whatever the partitioning.
@@ -15,6 +16,8 @@ holding ``applied_offset``; null when -1).
 """
 
 from __future__ import annotations
+
+import math
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -56,9 +59,19 @@ def broker_progress(spark: SparkSession, plan: Plan) -> DataFrame:
     lag_median = cfg.lag.median_ms
     alpha = cfg.lag.tail_alpha
     xm = lag_median / (2 ** (1 / alpha))
-    u = unit_hash(sc.seed, "lag", F.col("broker_id"), F.col("i"))
-    stall = unit_hash(sc.seed, "stall", F.col("broker_id"), F.col("i")) < F.lit(cfg.lag.stall_probability)
-    lag = F.least(F.lit(xm) * F.pow(u, F.lit(-1.0 / alpha)), F.lit(600_000.0)) + F.when(stall, F.lit(cfg.lag.stall_ms)).otherwise(0.0)
+
+    def lag_at(i: Column) -> Column:
+        u = unit_hash(sc.seed, "lag", F.col("broker_id"), i)
+        return F.least(F.lit(xm) * F.pow(u, F.lit(-1.0 / alpha)), F.lit(600_000.0))
+
+    def normal_target(d: int) -> Column:     # the target of sample i - d without stalls
+        return F.col("observed_ms") - F.lit(d * interval) - lag_at(F.col("i") - d).cast("long")
+
+    # a stall started d samples ago (d * interval < stall_ms) holds the target at that sample's
+    stalled = [F.when(unit_hash(sc.seed, "stall", F.col("broker_id"), F.col("i") - d) < F.lit(cfg.lag.stall_probability),
+                      normal_target(d))
+               for d in range(0, math.ceil(cfg.lag.stall_ms / interval)) if cfg.lag.stall_probability > 0]
+    normal = F.least(normal_target(0), *stalled) if stalled else normal_target(0)
     # The windows are few and known here: literal CASE / boolean expressions per window (codegen'd),
     # the first matching window of a kind in plan order, as before.
     obs, bid = F.col("observed_ms"), F.col("broker_id")
@@ -77,7 +90,7 @@ def broker_progress(spark: SparkSession, plan: Plan) -> DataFrame:
     load_value = first_inside("snapshot_load", lambda w: w.value)
     freeze_lag = F.lit(xm) * F.pow(unit_hash(sc.seed, "freeze", F.col("broker_id"), freeze_at), F.lit(-1.0 / alpha))
     target = F.when(freeze_at.isNotNull(), freeze_at - 1 - F.least(freeze_lag, F.lit(5000.0)).cast("long")) \
-        .otherwise(F.col("observed_ms") - lag.cast("long"))
+        .otherwise(normal)
     # one process life per restart: the number of down windows that ended before the sample
     life = F.lit(0)
     for w in plan.windows:
