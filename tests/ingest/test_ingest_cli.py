@@ -45,3 +45,57 @@ def test_job_entry_point_takes_the_same_arguments(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(ROOT / "jobs" / "ingest.py"), str(tmp_path / "missing"), "--lake",
                           str(tmp_path / "lake"), "--profile", "test"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2 and "no such file or directory" in out.stderr
+
+
+def _kraft_replay(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as users run it."""
+    exe = Path(sys.executable).with_name("kraft-replay")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    return subprocess.run([str(exe), "--profile", "test", *args], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+
+
+def _truncated_node(tmp_path: Path, real_kraft_dir: Path) -> tuple[Path, int, int]:
+    """A node whose active segment was copied mid-write: its last batch is cut short."""
+    from kraft_replay.codec.batch import scan_batch_headers
+
+    data = (real_kraft_dir / "hiage__kafka-raft__kafka1__00000000000000000000.log").read_bytes()
+    last = scan_batch_headers(data)[0][-1]
+    cut = data[: last.position + last.size - 20]
+    part = tmp_path / "node" / "__cluster_metadata-0"
+    part.mkdir(parents=True)
+    (part / "00000000000000000000.log").write_bytes(cut)
+    return tmp_path / "node", last.position, len(cut) - last.position
+
+
+def _table_rows(lake: Path) -> dict[str, int]:
+    from deltalake import DeltaTable
+
+    return {t.name: DeltaTable(str(t)).to_pyarrow_table().num_rows for t in sorted(lake.iterdir())
+            if (t / "_delta_log").is_dir()}
+
+
+def test_cli_truncated_tail_exits_0_naming_the_quarantined_bytes(tmp_path: Path, real_kraft_dir: Path) -> None:
+    node, pos, nbytes = _truncated_node(tmp_path, real_kraft_dir)
+    lake = tmp_path / "lake"
+    out = _kraft_replay("ingest", str(node), "--lake", str(lake))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"quarantined: 1 range(s), {nbytes} bytes; see table ingest_quarantine" in out.stdout
+    assert (f"00000000000000000000.log: 1 range(s), {nbytes} bytes quarantined, first at byte {pos} (TRUNCATED_BATCH); "
+            f"offsets 0..2980 ingested") in out.stdout
+    rows = _table_rows(lake)
+    assert rows["metadata_log"] == 2980 and rows["ingest_quarantine"] == 1 and rows["ingest_files"] == 1
+
+
+def test_cli_strict_truncated_tail_is_one_line_error_and_commits_nothing(tmp_path: Path, real_kraft_dir: Path) -> None:
+    node, pos, nbytes = _truncated_node(tmp_path, real_kraft_dir)
+    lake = tmp_path / "lake"
+    out = _kraft_replay("ingest", str(node), "--lake", str(lake), "--strict")
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [f"kraft-replay ingest: error: --strict: 1 range(s), {nbytes} bytes could not be decoded (first: "
+                      f"00000000000000000000.log at byte {pos}: TRUNCATED_BATCH); nothing committed. Re-run without "
+                      "--strict to ingest the valid batches and quarantine the rest"]
+    assert out.stdout == ""
+    rows = _table_rows(lake)
+    assert rows and set(rows.values()) == {0}  # the bronze tables exist, empty: nothing was committed
+    assert not list(lake.rglob("*.parquet"))  # staged files were aborted too
