@@ -10,13 +10,21 @@ Steps (each a rule of issue 3 / docs/design.md):
 2. Direct path (nothing can repeat; :func:`_direct_bounds`): no segment's offset bounds (its first
    base offset .. the next segment's) overlap another's or rows already in ``metadata_log``, and no
    snapshot id repeats or is already in the tables. Files are cut into equal byte ranges without
-   reading them (:func:`kraft_replay.ingest.plan.plan_ranges`); each task finds its first batch on
-   the chain itself and decodes the batches that start in its range. One decode pass writes every
-   table's rows with pyarrow into staged writes of the lake (``Lake.new_staging`` /
-   ``write_staged_arrow``); the driver checks the decoded offset ranges against the bounds (outside
-   them: abort everything and take step 3), then commits ``metadata_log``, ``snapshot_records``,
-   ``metadata_control``, ``ingest_quarantine`` with ``Lake.commit_staged``. ``--strict``: any
-   quarantined range aborts every staged write before anything is committed.
+   reading them (:func:`kraft_replay.ingest.plan.plan_ranges`); each task resynchronises from its
+   own start (:func:`kraft_replay.ingest.plan.find_batch_start`: magic, plausible length, CRC-32C,
+   chaining next header), decodes the batches that start in its range and reads only that range
+   plus the batch crossing its end, so the whole run is linear in the input size. One decode pass
+   writes every table's rows with pyarrow into staged writes of the lake (``Lake.new_staging`` /
+   ``write_staged_arrow``). The driver then checks from the task statistics that the ranges of each
+   file chain (task *i*'s last batch ends where task *i+1*'s first batch starts; :func:`_unchained`).
+   Where they do not (a corrupt batch at a range start, a batch-like payload, a broken chain) the
+   staged output of that file's unverified tasks is deleted and the file is decoded again from the
+   last verified boundary by batch-aligned tasks from a chain walk (the sequential semantics), into
+   the same staged writes — no batch lost or duplicated, corrupt ranges still quarantined. The
+   driver checks the decoded offset ranges against the bounds (outside them: abort everything and
+   take step 3), then commits ``metadata_log``, ``snapshot_records``, ``metadata_control``,
+   ``ingest_quarantine`` with ``Lake.commit_staged``. ``--strict``: any quarantined range aborts
+   every staged write before anything is committed.
 3. De-duplicating path (:func:`_ingest_dedup`): batch-aligned tasks from a chain walk on the driver
    (:mod:`.plan`); a de-duplication / anti-join on ``(cluster_id, offset)`` where the walked offset
    ranges overlap or the table holds some of them, else the log rows are still written by the
@@ -26,6 +34,9 @@ Steps (each a rule of issue 3 / docs/design.md):
 4. ``ingest_files`` is written last (pyarrow on the driver, a staged write). Every commit carries
    the Delta txn ``(app_id, 1)`` derived from the run's file set, so a re-run after a crash does not
    append twice. Nothing is collected to the driver except the per-task statistics rows.
+
+Progress: every 5 s a line with tasks done, MB, MB/s and records/s (the tasks add their record
+counts to a Spark accumulator, merged on the driver as each task finishes).
 """
 
 from __future__ import annotations
@@ -116,7 +127,9 @@ def _write_side(staging: str, table: str, task_id: int, batches: list[pa.RecordB
     import pyarrow.parquet as pq
     from pyarrow import fs as pafs
 
-    fs, root = pafs.FileSystem.from_uri(staging) if "://" in staging else (pafs.LocalFileSystem(), staging)
+    from kraft_replay.ingest.sources import pyarrow_uri
+
+    fs, root = pafs.FileSystem.from_uri(pyarrow_uri(staging)) if "://" in staging else (pafs.LocalFileSystem(), staging)
     fs.create_dir(f"{root}/{table}", recursive=True)
     pq.write_table(pa.Table.from_batches(batches, schema=schema), f"{root}/{table}/task-{task_id:06d}.parquet", filesystem=fs)
 
@@ -881,7 +894,9 @@ def _staging_dir(lake, run_id: str) -> str:  # noqa: ANN001
 def _fs_of(path: str):  # noqa: ANN202
     from pyarrow import fs as pafs
 
-    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    from kraft_replay.ingest.sources import pyarrow_uri
+
+    return pafs.FileSystem.from_uri(pyarrow_uri(path)) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
 def _exists(path: str) -> bool:

@@ -3,7 +3,8 @@
 Rules:
 
 * A PATH is a file, a directory (walked recursively) or a glob; local paths or any URI
-  ``pyarrow.fs`` opens (``file://``, ``s3://``, ``gs://``, ``hdfs://`` ...).
+  ``pyarrow.fs`` opens (``file://``, ``s3://``, ``gs://``, ``hdfs://`` ...); Hadoop's ``s3a://`` /
+  ``s3n://`` are read through pyarrow's S3 filesystem (paths keep the scheme they were given).
 * Inside a directory walk, segments/snapshots are taken from ``__cluster_metadata-0/`` or from a
   directory that is not some other Kafka partition directory (``<topic>-<n>/``), and
   ``bootstrap.checkpoint`` wherever it sits (a node's data dir holds it beside the partition dir).
@@ -55,11 +56,27 @@ def is_uri(path: str) -> bool:
     return "://" in path
 
 
-def _fs(path: str):  # noqa: ANN202 - (pyarrow FileSystem, inner path)
+# Hadoop's S3 connector schemes (what Spark jobs name S3 paths with) -> pyarrow's S3 filesystem.
+_S3_ALIASES = ("s3a://", "s3n://")
+
+
+def pyarrow_uri(path: str) -> str:
+    """``path`` as a URI ``pyarrow.fs`` opens: ``s3a://`` / ``s3n://`` (Hadoop's names) become ``s3://``."""
+    for alias in _S3_ALIASES:
+        if path.startswith(alias):
+            return "s3://" + path[len(alias):]
+    return path
+
+
+def _from_uri(uri: str):  # noqa: ANN202 - (pyarrow FileSystem, inner path)
     from pyarrow import fs as pafs
 
+    return pafs.FileSystem.from_uri(uri)
+
+
+def _fs(path: str):  # noqa: ANN202 - (pyarrow FileSystem, inner path)
     try:
-        return pafs.FileSystem.from_uri(path)
+        return _from_uri(pyarrow_uri(path))
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for bad URIs
         raise IngestError(f"{path}: cannot open this URI ({exc}); use a local path or a URI pyarrow.fs supports") from None
 

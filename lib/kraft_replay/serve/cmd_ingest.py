@@ -22,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster-id", default=None,
                    help="cluster id for every row (default: cluster.id from meta.properties, else the data dir name)")
     p.add_argument("--strict", action="store_true", help="fail (commit nothing) if any byte range must be quarantined")
-    p.add_argument("--split-mb", type=int, default=32, help="split segments larger than this at batch boundaries (MB)")
+    p.add_argument("--split-mb", type=int, default=32,
+                   help="cut files into byte ranges of about this size (MB), one decode task each; each task "
+                        "resynchronises at a batch boundary and the ranges are verified to chain")
     p.set_defaults(func=run)
 
 
