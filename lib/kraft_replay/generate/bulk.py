@@ -24,6 +24,7 @@ epoch bump). Resets are per broker, so the last reset of ``k`` is the greatest r
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -125,7 +126,12 @@ def first_touch(layout: BulkLayout, k: int) -> int:
     P = layout.partitions
     if P <= 1:
         return 0
-    return ((k - layout.shift) * pow(layout.stride, -1, P)) % P
+    return ((k - layout.shift) * _inverse(layout.stride, P)) % P
+
+
+@functools.lru_cache(maxsize=64)
+def _inverse(a: int, n: int) -> int:
+    return pow(a, -1, n)
 
 
 def touches_between(layout: BulkLayout, k: int, lo: int, hi: int) -> int:

@@ -72,12 +72,26 @@ def _defaults(fields: tuple[FieldSpec, ...], version: int, data: dict[str, Any])
     return out
 
 
+_TEMPLATES: dict[tuple[int, int], tuple[dict[str, Any], frozenset[str], frozenset[str]]] = {}
+
+
 def record(api_key: int, version: int, **data: Any) -> MetadataRecord:
     """A record with every field of its version filled (defaults for the ones not given)."""
-    rt = RECORD_TYPES[api_key]
-    if not rt.schema.is_valid_version(version):
-        raise ValueError(f"{rt.name} has no version {version}")
-    return MetadataRecord(api_key, version, _defaults(rt.schema.fields, version, data))
+    tpl = _TEMPLATES.get((api_key, version))
+    if tpl is None:
+        rt = RECORD_TYPES[api_key]
+        if not rt.schema.is_valid_version(version):
+            raise ValueError(f"{rt.name} has no version {version}")
+        fields = rt.schema.fields
+        tpl = (_defaults(fields, version, {}), frozenset(f.snake for f in fields if f.present_in(version)),
+               frozenset(f.snake for f in fields if f.fields is not None))
+        _TEMPLATES[(api_key, version)] = tpl
+    defaults, present, nested = tpl
+    if nested & data.keys() or not data.keys() <= present:     # nested structs or bad names: the full path
+        return MetadataRecord(api_key, version, _defaults(RECORD_TYPES[api_key].schema.fields, version, data))
+    out = {k: (list(v) if isinstance(v, list) else v) for k, v in defaults.items()}
+    out.update(data)
+    return MetadataRecord(api_key, version, out)
 
 
 def uuid_for(seed: int, *parts: object) -> str:
@@ -188,6 +202,7 @@ class _Planner:
         self.min_isr = sc.topics.min_insync_replicas
         self.bidx = {b: i for i, b in enumerate(self.brokers_list)}
         self.reset_at = [0] * len(self.brokers_list)
+        self._churn_at = (-1, 0)                   # (bulk position, churn records before it), cached
         self.elr: dict[int, list[int]] = {}        # stable partition -> ELR (only non-empty entries)
         self.lke: dict[int, list[int]] = {}        # stable partition -> LastKnownElr (non-empty)
         self.sticky: dict[int, list[int]] = {}     # stable partitions whose last ISR member went down (no ELR)
@@ -402,7 +417,9 @@ class _Planner:
             st.update(isr=list(self.sticky[k]), leader=-1)
             return st
         last_reset = max(self.reset_at[self.bidx[r]] for r in reps)
-        m = touches_between(self.layout, k, last_reset, self.layout.prefix(self.pos, True))
+        if self._churn_at[0] != self.pos:
+            self._churn_at = (self.pos, self.layout.prefix(self.pos, True))
+        m = touches_between(self.layout, k, last_reset, self._churn_at[1])
         shrunk = shrink_possible(len(live), self.min_isr) and m % 2 == 1
         st.update(isr=live[:-1] if shrunk else live, leader=live[0] if live else -1)
         return st
