@@ -59,3 +59,32 @@ def test_sha256_streams(tmp_path: Path) -> None:
     data = _segment(500)
     p.write_bytes(data)
     assert sha256_of(str(p), chunk=1000) == hashlib.sha256(data).hexdigest()
+
+
+def test_chain_tasks_from_a_verified_boundary(tmp_path: Path) -> None:
+    from kraft_replay.ingest.plan import plan_chain_tasks
+
+    data = _segment(2000)
+    d = tmp_path / "__cluster_metadata-0"
+    d.mkdir()
+    (d / "00000000000000000100.log").write_bytes(data)
+    (f,) = discover([str(d)], cluster_id="c")[0]
+    starts = [h.position for h in scan_batch_headers(data)[0]]
+    resume = starts[700]
+    tasks = plan_chain_tasks(f, resume, 16_000, first_task_id=40)
+    assert [t.task_id for t in tasks] == list(range(40, 40 + len(tasks))) and len(tasks) > 3
+    assert tasks[0].start == resume and tasks[-1].end == len(data) and all(t.aligned for t in tasks)
+    assert all(a.end == b.start and b.start in starts for a, b in zip(tasks, tasks[1:]))
+    assert plan_chain_tasks(f, len(data), 16_000, 0) == []
+
+
+def test_walk_stops_where_the_decoder_stops(tmp_path: Path) -> None:
+    data = bytearray(_segment(100))
+    starts = [h.position for h in scan_batch_headers(bytes(data))[0]]
+    data[starts[60] + 8:starts[60] + 12] = (30).to_bytes(4, "big")  # >= 14 but shorter than a v2 header
+    p = tmp_path / "00000000000000000100.log"
+    p.write_bytes(bytes(data))
+    w = walk_batches(str(p), len(data), 1000)
+    assert w.batches == 60 and w.framed_end == starts[60] and max(w.cuts) <= starts[60]
+    w2 = walk_batches(str(p), len(data), 1000, start=starts[10])
+    assert w2.batches == 50 and w2.first_offset == 100 + 10 * 10 and min(w2.cuts) > starts[10]
