@@ -67,6 +67,23 @@ def test_find_batch_start_equals_the_chain_walk_on_a_real_segment(tmp_path: Path
             assert got == (want if want is not None and want < end else None), target
 
 
+def test_find_batch_start_crosses_a_long_batch_reading_about_its_length(tmp_path: Path) -> None:
+    import random
+
+    salt = random.Random(7).randbytes(300_000)
+    data = b"".join([build_batch([NOOP], base_offset=0, leader_epoch=1, timestamp_ms=1),
+                     build_batch([_scram(salt)], base_offset=1, leader_epoch=1, timestamp_ms=2),
+                     *(build_batch([NOOP], base_offset=2 + i, leader_epoch=1, timestamp_ms=3) for i in range(50))])
+    p = tmp_path / "x.log"
+    p.write_bytes(data)
+    heads = scan_batch_headers(data)[0]
+    with RangeReader(str(p)) as r:
+        assert find_batch_start(r.read, heads[1].position + 1, len(data), len(data)) == heads[2].position
+        assert heads[2].position - heads[1].position < r.bytes_read < 2 * (heads[2].position - heads[1].position) + 70_000
+        # a range wholly inside the long batch holds no batch start
+        assert find_batch_start(r.read, heads[1].position + 10, heads[1].position + 200_000, len(data)) is None
+
+
 def test_a_task_reads_only_its_own_range(tmp_path: Path, real_kraft_dir: Path) -> None:
     one = (real_kraft_dir / NAME).read_bytes()
     data = one * 4  # the chain continues across copies (8 MB)

@@ -122,8 +122,10 @@ def find_batch_start(read, start: int, end: int, size: int, window: int = _RESYN
     from kraft_replay.codec.crc import crc32c
 
     pos = start
+    step = min(4096, window)  # grows to ``window``: the first batch is usually within a few bytes
     while pos < end:
-        limit = min(end, pos + window)
+        limit = min(end, pos + step)
+        step = min(2 * step, window)
         buf = read(pos, min(size, limit + 61))
         n = len(buf)
         i = 0
