@@ -43,6 +43,7 @@ def _set(path: list[str], value):
         (_set(["metadata_requests", "count"], -5), "metadata_requests.count", "greater than or equal to 0"),
         (_set(["log", "noop_fraction"], 1.5), "log.noop_fraction", "less than or equal to 1"),
         (_set(["topics", "replication_factor"], 9), "topics.replication_factor", "exceeds brokers.count"),
+        (_set(["topics", "min_insync_replicas"], 4), "topics.min_insync_replicas", "exceeds the replication factor"),
         (_set(["events", "network_partitions"], [{"broker": 42, "at_s": 10, "duration_s": 5}]),
          "events.network_partitions.0.broker", "does not exist"),
         (_set(["events", "controller_failovers"], [{"at_s": 9999}]), "events.controller_failovers.0.at_s",

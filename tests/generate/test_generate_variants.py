@@ -3,9 +3,6 @@ one formatted at 3.3-IV0 (legacy.yaml), and the ``kraft-replay generate`` CLI en
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +10,6 @@ import pytest
 from generate_replay_checker import Violation, check_log
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
 
 
 def _log(spark, name):
@@ -106,20 +102,19 @@ def test_legacy_scenario_log(legacy_log) -> None:
         check_log(bad, ctl)
 
 
-def test_cli_generates_tiny_end_to_end(tmp_path: Path) -> None:
-    """`kraft-replay generate --scenario tiny --lake DIR` as a subprocess: exit 0, every table written."""
+def test_cli_generates_tiny_end_to_end(tiny_generated) -> None:
+    """`kraft-replay generate --scenario tiny --lake DIR --segments-out DIR` ran as a subprocess (the
+    session fixture every generator test reads): exit 0, progress printed, every table present with the
+    row count the CLI reported, segment files written."""
     from deltalake import DeltaTable
 
     from kraft_replay.generate.runner import TABLES
 
-    exe = Path(sys.executable).with_name("kraft-replay")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    proc = subprocess.run([*cmd, "generate", "--scenario", "tiny", "--lake", str(tmp_path / "lake")],
-                          capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "wrote metadata_log" in proc.stdout + proc.stderr
+    proc = tiny_generated.process
+    assert proc.returncode == 0
+    assert "wrote metadata_log" in proc.stderr and "generated scenario tiny" in proc.stdout
+    assert set(tiny_generated.result.rows) == set(TABLES)
     for name in TABLES:
-        dt = DeltaTable(str(tmp_path / "lake" / name))
-        n = dt.to_pyarrow_table(columns=["cluster_id"]).num_rows
-        assert n > 0, name
+        n = DeltaTable(str(tiny_generated.lake_dir / name)).to_pyarrow_table(columns=["cluster_id"]).num_rows
+        assert n == tiny_generated.result.rows[name] > 0, name
+    assert list((tiny_generated.segments_dir / "__cluster_metadata-0").glob("*.log"))
