@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,6 +23,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from segments import write_segments  # noqa: E402
 
 
+def scenario_segments(data_dir: Path, scenario: str) -> Path:
+    """``__cluster_metadata-0`` of a node directory written by ``kraft-replay generate --segments-out``
+    for ``scenario`` (cached in ``data_dir``); the whole node directory (bootstrap, snapshots) is ingested."""
+    node = data_dir / f"scenario-{scenario}"
+    seg_dir = node / "__cluster_metadata-0"
+    if not any(seg_dir.glob("*.log")):
+        t = time.perf_counter()
+        tmp = node.with_name(node.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(prefix="kraft-bench-genlake-"))
+        try:
+            subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--lake", str(scratch), "generate",
+                            "--scenario", scenario, "--segments-out", str(tmp)], check=True)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(node, ignore_errors=True)
+        tmp.rename(node)
+        print(f"generated scenario {scenario} segments into {node} in {time.perf_counter() - t:.1f}s", flush=True)
+    return seg_dir
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=10_000_000)
@@ -30,9 +52,15 @@ def main() -> int:
     ap.add_argument("--profile", default="test")
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--split-mb", type=int, default=32)
+    ap.add_argument("--scenario", default=None,
+                    help="ingest the segments the scenario generator writes for this scenario (e.g. medium: 10M "
+                         "records in controller-sized batches) instead of bench/segments.py's one-record batches")
     args = ap.parse_args()
 
-    seg_dir = args.data_dir / f"r{args.records}" / "__cluster_metadata-0"
+    if args.scenario:
+        seg_dir = scenario_segments(args.data_dir, args.scenario)
+    else:
+        seg_dir = args.data_dir / f"r{args.records}" / "__cluster_metadata-0"
     if not seg_dir.is_dir() or not any(seg_dir.glob("*.log")):
         t = time.perf_counter()
         tmp = seg_dir.with_name(seg_dir.name + ".tmp")

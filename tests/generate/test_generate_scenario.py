@@ -92,3 +92,25 @@ def test_cli_reports_a_bad_scenario_in_one_line(tmp_path: Path, capsys) -> None:
     assert err.count("\n") == 0
     assert err.startswith("kraft-replay generate: error:") and "key 'topics.partitions'" in err
     assert not (tmp_path / "lake").exists(), "nothing may be written for a bad scenario"
+
+
+def test_kafka_41_feature_ranges_match_a_real_41_registration(real_kraft_dir):
+    """Ground truth no one here wrote: a real Kafka 4.1 node's RegisterBrokerRecord / RegisterControllerRecord
+    advertise exactly the ranges the generator gives 4.1 software."""
+    from kraft_replay.codec.arrow import decode_to_arrow
+    from kraft_replay.generate import mv
+
+    seen = {}
+    for name, kind in (("dkoh12__Systems__00000000000000000000.log", "segment"),
+                       ("dkoh12__Systems__00000000000000007209-0000000001.checkpoint", "snapshot")):
+        chunk = decode_to_arrow((real_kraft_dir / name).read_bytes(), cluster_id="c", source_file=name, file_kind=kind)
+        rows = (chunk.log if kind == "segment" else chunk.snapshot).to_pylist()
+        for row in rows:
+            reg = row.get("register_broker") or row.get("register_controller")
+            if reg is not None:
+                seen[row["record_type"]] = {f["name"]: (f["min_supported_version"], f["max_supported_version"])
+                                            for f in reg["features"]}
+    assert set(seen) == {"REGISTER_BROKER_RECORD", "REGISTER_CONTROLLER_RECORD"}
+    for ranges in seen.values():
+        assert ranges == mv.software_feature_ranges("4.1")
+        assert ranges == mv.registered_broker_features("4.1", "4.1")

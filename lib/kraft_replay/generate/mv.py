@@ -94,6 +94,8 @@ def downgrade_allowed(current: int, target: int) -> bool:
 FEATURE_DEFINED_LEVELS: dict[str, tuple[int, ...]] = {
     "kraft.version": (0, 1), "group.version": (0, 1), "transaction.version": (0, 1, 2),
     "test.feature.version": (0, 1, 2),
+    # Known from 4.1: the real Kafka 4.1 registrations in real-kraft/ list them with range [0, 1].
+    "eligible.leader.replicas.version": (0, 1), "share.version": (0, 1),
 }
 # Declared dependencies: (feature, level) -> lowest metadata.version level it needs (§7.2 step 7).
 FEATURE_MV_DEPENDENCY: dict[tuple[str, int], int] = {("kraft.version", 1): 21}
@@ -108,15 +110,20 @@ def software_feature_ranges(software: str) -> dict[str, tuple[int, int]]:
     Modelling (the facts give the 4.0 snapshot's ranges: kraft.version [0, 1], group.version [0, 1],
     transaction.version [0, 0] i.e. omitted): kraft.version exists from 3.9 (its dependency on
     3.9-IV0), group.version from 4.0 (4.0-IV0 is its bootstrap MV), transaction.version [0, 2] from 4.1
-    (§6.1b: levels 23-25, including transaction.version's 4.0-IV2, are production in the newer enum)."""
-    out = {"metadata.version": (1, SOFTWARE_MAX_LEVEL[software])}
+    (§6.1b: levels 23-25, including transaction.version's 4.0-IV2, are production in the newer enum).
+    From 4.1 the ranges are those a real Kafka 4.1 node registered with (real-kraft/ dkoh12 files):
+    metadata.version [7, 27] (3.3-IV3 is the newer enum's MINIMUM_VERSION, §6.1b), kraft.version,
+    group.version, eligible.leader.replicas.version and share.version [0, 1], transaction.version [0, 2]."""
     major = tuple(int(x) for x in software.split("."))
+    out = {"metadata.version": (7 if major >= (4, 1) else 1, SOFTWARE_MAX_LEVEL[software])}
     if major >= (3, 9):
         out["kraft.version"] = (0, 1)
     if major >= (4, 0):
         out["group.version"] = (0, 1)
     if major >= (4, 1):
         out["transaction.version"] = (0, 2)
+        out["eligible.leader.replicas.version"] = (0, 1)
+        out["share.version"] = (0, 1)
     return out
 
 
