@@ -15,7 +15,9 @@ byte range of one) into four ``pyarrow.RecordBatch``es. Rules it applies:
   (facts §1.7), otherwise they are quarantined as ``BAD_RECORD_FRAMING``.
 
 Identical record values decode to identical rows, so decoded values are memoised per call (KRaft
-logs are mostly identical NoOp records).
+logs are mostly identical NoOp records) and, for values that decode cleanly, across calls in a
+bounded cache. Runs of one-record batches are classified and turned into rows with numpy (the bulk
+path of :func:`decode_to_arrow`); it gives exactly the rows of the per-batch decoder.
 """
 
 from __future__ import annotations
@@ -190,7 +192,7 @@ class DecodedChunk:
 def _const(value: Any, n: int, typ: pa.DataType) -> pa.Array:
     if value is None:
         return pa.nulls(n, typ)
-    return pa.array([value] * n, typ)
+    return pa.repeat(pa.scalar(value, typ), n)
 
 
 def _ts(ms: list[int]) -> pa.Array:
@@ -274,8 +276,26 @@ _MEMO_MAX_VALUE = 512
 _MEMO_MAX_ENTRIES = 100_000
 
 
+# Values that decoded cleanly, kept across calls (a worker decodes a file in 4 MiB pieces, and the same
+# record values recur from piece to piece); emptied when full. Decoding is a pure function of the
+# bytes, and nothing modifies a decoded record, so a cached entry gives exactly the rows a decode would.
+_VALUE_CACHE: dict[bytes, tuple[Any, ...]] = {}
+_VALUE_CACHE_MAX = 32_768  # about 50 MB at most (~1.5 KB an entry)
+
+
 def _decode_value(value: bytes) -> tuple[Any, ...]:
     """``(True, api_key, version, tool_name, record_or_None, json)`` or ``(False, code, message)``."""
+    hit = _VALUE_CACHE.get(value)
+    if hit is None:
+        hit = _decode_value_uncached(value)
+        if hit[0] and len(value) <= _MEMO_MAX_VALUE:
+            if len(_VALUE_CACHE) >= _VALUE_CACHE_MAX:
+                _VALUE_CACHE.clear()
+            _VALUE_CACHE[value] = hit
+    return hit
+
+
+def _decode_value_uncached(value: bytes) -> tuple[Any, ...]:
     try:
         rec = decode_record_value(value)
         rt = RECORD_TYPES[rec.api_key]
@@ -333,6 +353,35 @@ def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, 
 
 _HDR = struct.Struct(">qiibIhiqqqhii")
 _HEAD17 = struct.Struct(">qiib")
+_LEN = struct.Struct(">i")
+
+# The bulk path (see decode_to_arrow) classifies runs of at least this many framed batches with numpy;
+# shorter runs go batch by batch. Tests switch ``_BULK`` (bulk path) and ``_INLINE`` (the per-batch
+# inline parser) off to compare with the general decoder.
+_BULK_MIN_RUN = 16
+_BULK_MAX_PIECE = 8192
+_VALUE_ROUNDS = 4
+_ARANGE8 = np.arange(8, dtype=np.int64)
+_BULK = True
+_INLINE = True
+
+# What the bulk path reads of each candidate batch: header bytes 0..27 (baseOffset, batchLength, epoch,
+# magic, crc, attributes, lastOffsetDelta), 35..43 (maxTimestamp), 57..61 (recordsCount) and the first
+# six bytes of the records section (length, attributes, timestampDelta, offsetDelta, keyLength,
+# valueLength of a one-record batch whose varints are single bytes), gathered into 45-byte rows.
+_GATHER = np.concatenate([np.arange(0, 27), np.arange(35, 43), np.arange(57, 67)]).astype(np.int64)
+_GATHERED = np.dtype({
+    "names": ["base", "blen", "epoch", "magic", "crc", "attr", "ldelta", "maxts", "count",
+              "ln", "rattr", "tsd", "od", "klen", "vlen"],
+    "formats": [">i8", ">i4", ">i4", "u1", ">u4", "u1", ">i4", ">i8", ">i4", "u1", "u1", "u1", "u1", "u1", "u1"],
+    "offsets": [0, 8, 12, 16, 17, 22, 23, 27, 35, 39, 40, 41, 42, 43, 44],
+    "itemsize": 45,
+})
+# smallest one-record batch: header + record length, attributes, timestampDelta, offsetDelta,
+# keyLength, valueLength and header count bytes
+_MIN_ONE_RECORD = HEADER_SIZE + 7
+_MAX_ONE_RECORD = HEADER_SIZE + 1 + 63
+_SAFE_OFFSET = 1 << 62
 
 
 def decode_to_arrow(
@@ -354,9 +403,19 @@ def decode_to_arrow(
     ``snapshot_end_offset``/``snapshot_epoch`` (bootstrap files default to 0/0). ``base_position`` is
     the file position of ``buf[0]``. Never raises on malformed bytes: failures become quarantine rows.
 
-    Uncompressed data batches of the usual shape are parsed inline (same rules as
-    :func:`kraft_replay.codec.batch.iter_batches`, CRC included); every other batch, and every
-    malformed range, goes through the general batch decoder.
+    Three paths give the same rows (same rules as :func:`kraft_replay.codec.batch.iter_batches`,
+    CRC included):
+
+    * bulk: the batch chain is walked first (only each batch's length); a run of framed batches
+      (at least ``_BULK_MIN_RUN`` batches of >= 61 bytes, each inside ``buf``) has its header fields
+      gathered with numpy at once. A batch of the run becomes a row without any per-batch Python
+      beyond its CRC-32C and one dictionary lookup when it is magic 2, uncompressed, not a control
+      batch, holds exactly one record of KRaft's usual shape with single-byte varints (attributes 0,
+      timestamp delta 0, null key, no headers, the record filling the batch), its CRC verifies and
+      its value decodes cleanly (memoised per call: KRaft logs are mostly identical NoOps). Every
+      other batch of the run goes through the per-batch path; rows are put back in batch order.
+    * per-batch: uncompressed data batches of the usual shape are parsed inline;
+    * general: everything else, and every malformed range, goes through ``iter_batches``.
 
     ``stop``: decode only the batches that start before ``buf[stop]`` (a batch starting before it is
     decoded whole, so it may run past ``stop``). ``at_eof=False`` says ``buf`` is not the end of the
@@ -381,7 +440,8 @@ def decode_to_arrow(
 
     stats = ChunkStats(bytes=len(buf))
     q = _Quarantine()
-    # data rows: per row the offset and the index of its decoded value; per batch the batch fields
+    # data rows of the per-batch paths: per row the offset and the index of its decoded value; per
+    # batch the batch fields
     r_off: list[int] = []
     r_idx: list[int] = []
     b_base: list[int] = []
@@ -390,6 +450,8 @@ def decode_to_arrow(
     b_time: list[int] = []
     b_pos: list[int] = []
     b_rows: list[int] = []
+    # data rows of the bulk path (one per batch): numpy arrays per run
+    f_cols: list[tuple[np.ndarray, ...]] = []   # (pos, offset, idx, base, last, epoch, time)
     uniq: list[tuple[Any, ...]] = []          # (api_key, version, tool_name, record_or_None, json)
     memo: dict[bytes, int] = {}
     bad_memo: dict[bytes, tuple[str, str]] = {}
@@ -406,6 +468,24 @@ def decode_to_arrow(
     first: int | None = None
     last: int | None = None
     nbatches = 0
+
+    def learn(value: bytes) -> int:
+        """Index in ``uniq`` of a cleanly decoding value (decoded and memoised on first sight), else -1."""
+        i = memo.get(value)
+        if i is not None:
+            return i
+        if value in bad_memo:
+            return -1
+        hit = _decode_value(value)
+        if not hit[0]:
+            if len(bad_memo) < 1000:
+                bad_memo[value] = (hit[1], hit[2])
+            return -1
+        i = len(uniq)
+        uniq.append(hit[1:])
+        if len(value) <= _MEMO_MAX_VALUE and len(memo) < _MEMO_MAX_ENTRIES:
+            memo[value] = i
+        return i
 
     def add_data(base: int, blast: int, epoch: int, ts: int, bpos: int, recs: list[tuple[int, bytes]]) -> None:
         n0 = len(r_off)
@@ -482,11 +562,14 @@ def decode_to_arrow(
 
     end = len(buf)
     limit = end if stop is None else min(stop, end)
-    pos = 0
     unpack = _HDR.unpack_from
-    crc = google_crc32c.value  # CRC-32C of facts §1.2 (kraft_replay.codec.crc), called directly in the hot loop
-    while pos < limit:
-        if end - pos >= HEADER_SIZE:
+    crc = google_crc32c.value  # CRC-32C of facts §1.2 (kraft_replay.codec.crc), called directly in the hot loops
+    inline = _INLINE
+
+    def one(pos: int) -> tuple[int, bool]:
+        """Decode the batch (or unframeable range) at ``pos``: ``(next position, go on)``."""
+        nonlocal first, last, nbatches
+        if inline and end - pos >= HEADER_SIZE:
             (base, blen, epoch, magic, stored, attrs, ldelta, _bts, maxts, _pid, _pep, _bseq, count) = unpack(buf, pos)
             size = blen + 12
             if magic == 2 and 61 <= size <= end - pos and not attrs & 0x27 and count >= 0:
@@ -500,27 +583,14 @@ def decode_to_arrow(
                         if (not ln & 0x81 and p + 1 + (ln >> 1) == bend and not buf[p + 1] and not buf[p + 2]
                                 and not buf[p + 3] & 0x81 and buf[p + 4] == 1 and not vl & 0x81
                                 and p + 6 + (vl >> 1) == bend - 1 and not buf[bend - 1]):
-                            value = buf[p + 6 : bend - 1]
-                            i = memo.get(value)
                             nbatches += 1
                             blast = base + ldelta
                             if first is None or base < first:
                                 first = base
                             if last is None or blast > last:
                                 last = blast
-                            if i is not None:
-                                r_off.append(base + (buf[p + 3] >> 1))
-                                r_idx.append(i)
-                                b_base.append(base)
-                                b_last.append(blast)
-                                b_epoch.append(epoch)
-                                b_time.append(maxts)
-                                b_pos.append(base_position + pos)
-                                b_rows.append(1)
-                            else:
-                                add_data(base, blast, epoch, maxts, base_position + pos, [(buf[p + 3] >> 1, value)])
-                            pos = bend
-                            continue
+                            add_data(base, blast, epoch, maxts, base_position + pos, [(buf[p + 3] >> 1, buf[p + 6 : bend - 1])])
+                            return bend, True
                     recs = _fast_records(buf, pos + 61, bend, count)
                     if recs is not None:
                         nbatches += 1
@@ -529,19 +599,8 @@ def decode_to_arrow(
                             first = base
                         if last is None or blast > last:
                             last = blast
-                        if count == 1 and recs[0][1] in memo:  # the common case: one repeated value (NoOp)
-                            r_off.append(base + recs[0][0])
-                            r_idx.append(memo[recs[0][1]])
-                            b_base.append(base)
-                            b_last.append(blast)
-                            b_epoch.append(epoch)
-                            b_time.append(maxts)
-                            b_pos.append(base_position + pos)
-                            b_rows.append(1)
-                        else:
-                            add_data(base, blast, epoch, maxts, base_position + pos, recs)
-                        pos = bend
-                        continue
+                        add_data(base, blast, epoch, maxts, base_position + pos, recs)
+                        return bend, True
         # anything unusual: the general decoder, one batch (or the rest of the data) at a time
         rest = end - pos
         if rest > 17:
@@ -552,59 +611,171 @@ def decode_to_arrow(
             framed = False
         if not framed:
             if not at_eof:
-                break  # ends the scan here, or needs bytes past buf: the caller decodes on from pos
+                return pos, False  # ends the scan here, or needs bytes past buf: the caller decodes on from pos
             piece = buf[pos:]
         else:
             piece = buf[pos:pos + whole] if whole < rest else buf[pos:]
-        ended = False
         for item in iter_batches(piece, base_position + pos):
             add_general(item)
             if isinstance(item, Corruption):
-                ended = item.reason_code in ("TRUNCATED_BATCH", "CORRUPT_BATCH_LENGTH")
-                size = item.length
-            else:
-                size = item.size
-            break
-        else:  # pragma: no cover - iter_batches always yields for non-empty input
-            break
-        pos += size
-        if ended:
+                return pos + item.length, item.reason_code not in ("TRUNCATED_BATCH", "CORRUPT_BATCH_LENGTH")
+            return pos + item.size, True
+        return pos, False  # pragma: no cover - iter_batches always yields for non-empty input
+
+    arr = np.frombuffer(buf, dtype=np.uint8)
+
+    def value_ids(vstart: np.ndarray, vlen: np.ndarray) -> np.ndarray:
+        """``learn`` of each value ``buf[vstart[j] : vstart[j] + vlen[j]]``. Values of up to 7 bytes are
+        compared as integers (length in the top byte), most frequent first: one lookup per distinct
+        value for the first few distinct values, then one per value."""
+        ids = np.full(len(vstart), -1, dtype=np.int64)
+        rest = np.flatnonzero(vlen > 7)
+        short = np.flatnonzero(vlen <= 7)
+        if len(short):
+            vs = vstart[short]
+            w = arr[np.minimum(vs[:, None] + _ARANGE8, end - 1)].view("<u8").ravel()
+            sl = vlen[short].astype(np.uint64)
+            keys = (w & ((np.uint64(1) << (sl * np.uint64(8))) - np.uint64(1))) | (sl << np.uint64(56))
+            left = np.arange(len(short))
+            for _ in range(_VALUE_ROUNDS):
+                if not len(left):
+                    break
+                j = short[left[0]]
+                hit = keys[left] == keys[left[0]]
+                ids[short[left[hit]]] = learn(buf[vstart[j] : vstart[j] + vlen[j]])
+                left = left[~hit]
+            rest = np.concatenate([rest, short[left]])
+        if len(rest):
+            ids[rest] = [learn(buf[s : s + k]) for s, k in zip(vstart[rest].tolist(), vlen[rest].tolist())]
+        return ids
+
+    def bulk(pos0: int, sizes: list[int]) -> None:
+        """The bulk path for a run of framed batches starting at ``pos0`` (see the docstring)."""
+        nonlocal first, last, nbatches
+        z = np.array(sizes, dtype=np.int64)
+        starts = np.cumsum(z)
+        starts -= z
+        starts += pos0
+        # candidates by size alone: a one-record batch with single-byte varints is 68..125 bytes
+        cand = np.flatnonzero((z >= _MIN_ONE_RECORD) & (z <= _MAX_ONE_RECORD))
+        h = arr[starts[cand][:, None] + _GATHER].view(_GATHERED).ravel()
+        zc = z[cand]
+        ln = h["ln"].astype(np.int64)
+        vl = h["vlen"].astype(np.int64)
+        ok = ((h["magic"] == 2) & (h["attr"] & 0x27 == 0) & (h["count"] == 1)
+              & (ln & 0x81 == 0) & (62 + (ln >> 1) == zc) & (vl & 0x81 == 0) & (68 + (vl >> 1) == zc)
+              & (h["rattr"] == 0) & (h["tsd"] == 0) & (h["od"] & 0x81 == 0) & (h["klen"] == 1)
+              & (np.abs(h["base"]) < _SAFE_OFFSET))  # offsets computed in int64 cannot overflow
+        ok &= arr[starts[cand] + zc - 1] == 0  # the record's header count (the batch's last byte) is 0
+        cand, h = cand[ok], h[ok]
+        cs = starts[cand]
+        crcs = [crc(buf[s + 21 : e]) for s, e in zip(cs.tolist(), (cs + z[cand]).tolist())]
+        good = np.array(crcs, dtype=np.uint32) == h["crc"]
+        cand, h = cand[good], h[good]
+        ids = value_ids(starts[cand] + 67, z[cand] - 68)
+        keep = ids >= 0
+        fast = cand[keep]
+        if len(fast):
+            hf = h[keep]
+            base = hf["base"].astype(np.int64)
+            blast = base + hf["ldelta"]
+            nbatches += len(fast)
+            lo, hi = int(base.min()), int(blast.max())
+            first = lo if first is None or lo < first else first
+            last = hi if last is None or hi > last else last
+            f_cols.append((
+                starts[fast] + base_position,
+                base + (hf["od"] >> 1),
+                ids[keep],
+                base,
+                blast,
+                hf["epoch"].astype(np.int64),
+                hf["maxts"].astype(np.int64),
+            ))
+        if len(fast) < len(z):
+            slow = np.ones(len(z), dtype=bool)
+            slow[fast] = False
+            for s in starts[slow].tolist():
+                one(s)
+
+    pos = 0
+    bulk_on = _BULK
+    min_run = _BULK_MIN_RUN
+    len_at = _LEN.unpack_from
+    while pos < limit:
+        if bulk_on:
+            # walk the chain of framed batches (>= 61 bytes, inside buf) that start before limit
+            sizes: list[int] = []
+            add = sizes.append
+            p = pos
+            while p < limit and end - p >= 61:
+                size = len_at(buf, p + 8)[0] + 12
+                if size < 61 or size > end - p:
+                    break
+                add(size)
+                p += size
+            if len(sizes) >= min_run:
+                # in pieces (bounded memory); the first ones small while the value memo fills up
+                k, step = 0, 512
+                while k < len(sizes):
+                    part = sizes[k : k + step]
+                    bulk(pos, part)
+                    pos += sum(part)
+                    k += step
+                    step = min(2 * step, _BULK_MAX_PIECE)
+                continue
+            if sizes:
+                for size in sizes:
+                    one(pos)
+                    pos += size
+                continue
+        pos, go_on = one(pos)
+        if not go_on:
             break
 
+    nf = sum(len(c[0]) for c in f_cols)
+    n = len(r_off) + nf
     stats.batches = nbatches
     stats.bytes = pos
     stats.first_offset, stats.last_offset = first, last
-    stats.data_records = len(r_off)
+    stats.data_records = n
     stats.control_records = len(c_off)
     stats.records = stats.data_records + stats.control_records
     stats.quarantined = len(q.pos)
 
-    n = len(r_off)
-    idx = pa.array(np.asarray(r_idx, dtype=np.int64)) if n else pa.array([], pa.int64())
+    # per row: position, offset, value index, batch base/last offset, epoch, max timestamp
     counts = np.asarray(b_rows, dtype=np.int64)
+    cols = [np.repeat(np.asarray(b_pos, dtype=np.int64), counts),
+            np.asarray(r_off, dtype=np.int64),
+            np.asarray(r_idx, dtype=np.int64),
+            *(np.repeat(np.asarray(v, dtype=np.int64), counts) for v in (b_base, b_last, b_epoch, b_time))]
+    if f_cols:
+        parts = [cols, *f_cols] if r_off else f_cols
+        cols = [np.concatenate(c) for c in zip(*parts)]
+        if r_off:  # both paths: back to batch order (a batch's rows keep their order)
+            order = np.argsort(cols[0], kind="stable")
+            cols = [c[order] for c in cols]
+    row_pos, offs, ridx, rbase, rlast, repoch, rtime = cols
 
-    def per_batch(values: list[int], typ: pa.DataType) -> pa.Array:
-        return pa.array(np.repeat(np.asarray(values, dtype=np.int64), counts), typ) if n else pa.array([], typ)
-
+    idx = pa.array(ridx, pa.int64())
     u_key = pa.array([u[0] for u in uniq], pa.int32()).take(idx)
     u_ver = pa.array([u[1] for u in uniq], pa.int32()).take(idx)
     u_type = pa.array([u[2] for u in uniq], pa.string()).take(idx)
     u_json = pa.array([u[4] for u in uniq], pa.string()).take(idx)
     payload = [pa.nulls(n, col.type) if col.null_count == len(col) else col.take(idx)
                for col in build_payload_columns([u[3] for u in uniq])]
-    times = pa.array(np.repeat(np.asarray(b_time, dtype=np.int64) * 1000, counts), TIMESTAMP) if n else pa.array([], TIMESTAMP)
-    tail = [u_json, _const(source_file, n, pa.string()), per_batch(b_pos, pa.int64())]
+    times = pa.array(rtime * 1000, TIMESTAMP)
+    tail = [u_json, _const(source_file, n, pa.string()), pa.array(row_pos, pa.int64())]
     typed = [u_type, u_key, u_ver]
-    offs = np.asarray(r_off, dtype=np.int64)
     if is_log:
         log = pa.RecordBatch.from_arrays(
             [
                 _const(cluster_id, n, pa.string()),
                 pa.array(offs, pa.int64()),
                 pa.array(offs // OFFSET_BUCKET_SIZE, pa.int64()),
-                per_batch(b_base, pa.int64()),
-                per_batch(b_last, pa.int64()),
-                per_batch(b_epoch, pa.int32()),
+                pa.array(rbase, pa.int64()),
+                pa.array(rlast, pa.int64()),
+                pa.array(repoch, pa.int32()),
                 times,
                 *typed,
                 *payload,
@@ -621,7 +792,7 @@ def decode_to_arrow(
                 _const(snapshot_epoch, n, pa.int32()),
                 _const(kind.value, n, pa.string()),
                 pa.array(offs, pa.int64()),
-                per_batch(b_base, pa.int64()),
+                pa.array(rbase, pa.int64()),
                 times,
                 *typed,
                 *payload,
