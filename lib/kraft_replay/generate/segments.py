@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -319,6 +320,29 @@ def _narrow_writer(out_dir: str, segment_bytes: int, controls: dict[int, list[tu
     return run
 
 
+#: Spark's mapInArrow input with ``maxBytesPerBatch`` below Int.MaxValue calls ``ArrowWriter.sizeInBytes``
+#: after every row, which walks every vector (``setValueCount`` on each nested list/struct): with the
+#: ~150 nested payload vectors that is quadratic in the batch's rows. Int.MaxValue turns the check off;
+#: batches are then bounded by rows only.
+_WIDE_ARROW_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
+                    "spark.sql.execution.arrow.maxRecordsPerBatch": str(ENCODE_ROWS)}
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    old = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 def _spark_narrow(log: DataFrame) -> DataFrame:
     cols = [*_SCALAR_COLS, *_PAYLOAD_COLS]
     return (log.select(*cols, F.unix_millis("append_time").alias("time_ms"))
@@ -379,7 +403,8 @@ def write_segments(spark: SparkSession, plan: Plan, log: DataFrame, snapshots: D
         narrow = _spark_narrow(log)
         rows = (narrow.withColumn("_bucket", F.floor(F.col("batch_base_offset") / BUCKET))
                 .repartition(n_buckets, "_bucket").drop("_bucket"))
-        written = rows.mapInArrow(_narrow_writer(out, sc.log.segment_bytes, controls), _RESULT_DDL).collect()
+        with _session_conf(spark, _WIDE_ARROW_CONF):
+            written = rows.mapInArrow(_narrow_writer(out, sc.log.segment_bytes, controls), _RESULT_DDL).collect()
     got = sum(r["records"] for r in written)
     if got != expected:
         raise RuntimeError(f"--segments-out {out_dir}: wrote {got:,} of the {expected:,} metadata_log records; "
