@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +38,7 @@ from kraft_replay.codec.schema import RECORD_TYPES
 from kraft_replay.generate import log as L
 from kraft_replay.generate.plan import Plan
 from kraft_replay.lake.staged import StagedWrite, write_staged_arrow
+from kraft_replay.spark import session_conf
 
 FLAT_SEP = "__"
 _STATS = pa.schema([("rows", pa.int64()), ("files", pa.int64())])
@@ -194,7 +194,7 @@ def write_metadata_log(spark: SparkSession, lake, plan: Plan, replace_where: str
         structural = structural_table(plan)
         write_staged_arrow(staged, structural, "s")
         t1 = time.time()
-        with _session_conf(spark, _WRITE_CONF):
+        with session_conf(spark, _WRITE_CONF):
             stats = (L.bulk_log_flat(spark, plan)
                      .mapInArrow(_bulk_writer(staged, plan.scenario.cluster_id, L.source_file_name(plan)),
                                  "rows long, files long")
@@ -219,16 +219,3 @@ _WRITE_CONF = {"spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
                "spark.sql.codegen.hugeMethodLimit": "8000"}
 
 
-@contextmanager
-def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    previous = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in previous.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)

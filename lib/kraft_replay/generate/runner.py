@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Callable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from kraft_replay.generate.ddl import schema
-
 from kraft_replay.generate import log as L
+from kraft_replay.generate.ddl import schema
 from kraft_replay.generate.logwrite import write_metadata_log
 from kraft_replay.generate.plan import Plan, build_plan
 from kraft_replay.generate.requests import (
@@ -44,6 +42,7 @@ from kraft_replay.generate.requests import (
 from kraft_replay.generate.scenario import Scenario
 from kraft_replay.generate.snapshots import bootstrap_records, snapshot_control_table, snapshot_records
 from kraft_replay.generate.timelines import BROKER_PROGRESS_SCHEMA, broker_progress
+from kraft_replay.spark import session_conf
 
 SCENARIO_EVENTS_SCHEMA = schema(
     "cluster_id string, event_id int, event_type string, start_time timestamp, end_time timestamp, "
@@ -68,20 +67,6 @@ TABLES: dict[str, tuple[StructType, list[str]]] = {
 DERIVED_CONF = {"spark.sql.codegen.hugeMethodLimit": "8000"}
 
 
-@contextmanager
-def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    """Set ``conf`` on the session for the block, then restore the previous values."""
-    previous = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in previous.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 @dataclass

@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import re
 import struct
-from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from kraft_replay.codec.records import encode_record_value
 from kraft_replay.codec.varint import write_varint
 from kraft_replay.generate.log import control_record
 from kraft_replay.generate.plan import Plan
+from kraft_replay.spark import session_conf
 
 PARTITION_DIR = "__cluster_metadata-0"
 BUCKET = 1_000_000
@@ -328,19 +328,6 @@ _WIDE_ARROW_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
                     "spark.sql.execution.arrow.maxRecordsPerBatch": str(ENCODE_ROWS)}
 
 
-@contextmanager
-def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    old = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def _spark_narrow(log: DataFrame) -> DataFrame:
@@ -403,7 +390,7 @@ def write_segments(spark: SparkSession, plan: Plan, log: DataFrame, snapshots: D
         narrow = _spark_narrow(log)
         rows = (narrow.withColumn("_bucket", F.floor(F.col("batch_base_offset") / BUCKET))
                 .repartition(n_buckets, "_bucket").drop("_bucket"))
-        with _session_conf(spark, _WIDE_ARROW_CONF):
+        with session_conf(spark, _WIDE_ARROW_CONF):
             written = rows.mapInArrow(_narrow_writer(out, sc.log.segment_bytes, controls), _RESULT_DDL).collect()
     got = sum(r["records"] for r in written)
     if got != expected:

@@ -11,6 +11,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kraft_replay.config import Profile, load_profile
@@ -173,3 +175,19 @@ def stop_spark() -> None:
     if _SESSION is not None:
         _SESSION.stop()
         _SESSION = None
+
+
+@contextmanager
+def session_conf(spark, conf: dict[str, str]) -> Iterator[None]:  # noqa: ANN001 - a SparkSession
+    """Set the SQL settings ``conf`` on ``spark`` for the block, then restore the previous values."""
+    previous = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
