@@ -31,7 +31,14 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 
-from kraft_replay.codec.arrow_payload import CONTROL_FIELDS, PAYLOAD_FIELDS, build_payload_columns, build_struct_array
+from kraft_replay.codec.arrow_json import record_json_arrow, supports
+from kraft_replay.codec.arrow_payload import (
+    CONTROL_FIELDS,
+    PAYLOAD_COLUMN_BY_API_KEY,
+    PAYLOAD_FIELDS,
+    PAYLOAD_STRUCT_TYPES,
+    build_struct_array,
+)
 from kraft_replay.codec.batch import HEADER_SIZE, Corruption, iter_batches
 from kraft_replay.codec.control import CONTROL_TYPES, ControlDecodeError, ControlRecord, decode_control_record
 from kraft_replay.codec.files import FileKind
@@ -283,8 +290,24 @@ _VALUE_CACHE: dict[bytes, tuple[Any, ...]] = {}
 _VALUE_CACHE_MAX = 32_768  # about 50 MB at most (~1.5 KB an entry)
 
 
+# payload column index per api key, and whether arrow_json renders a (type, version) of a type with a body
+_PAYLOAD_INDEX = {k: [f.name for f in PAYLOAD_FIELDS].index(c) for k, c in PAYLOAD_COLUMN_BY_API_KEY.items()}
+_COLUMN_JSON: dict[tuple[int, int], bool] = {}
+
+
+def _column_json(api_key: int, version: int) -> bool:
+    ok = _COLUMN_JSON.get((api_key, version))
+    if ok is None:
+        ok = _COLUMN_JSON[(api_key, version)] = api_key in _PAYLOAD_INDEX and supports(api_key, version)
+    return ok
+
+
 def _decode_value(value: bytes) -> tuple[Any, ...]:
-    """``(True, api_key, version, tool_name, record_or_None, json)`` or ``(False, code, message)``."""
+    """``(True, api_key, version, tool_name, record_or_None, json)`` or ``(False, code, message)``.
+
+    ``json`` is None when it is rendered later for the whole payload column at once
+    (:func:`kraft_replay.codec.arrow_json.record_json_arrow`, same text as ``to_dump_json``): a record
+    with a body whose type and version it supports and without unknown tagged fields."""
     hit = _VALUE_CACHE.get(value)
     if hit is None:
         hit = _decode_value_uncached(value)
@@ -299,12 +322,81 @@ def _decode_value_uncached(value: bytes) -> tuple[Any, ...]:
     try:
         rec = decode_record_value(value)
         rt = RECORD_TYPES[rec.api_key]
+        if rt.has_body and _column_json(rec.api_key, rec.version) and "_unknown_tagged" not in rec.data:
+            return (True, rec.api_key, rec.version, rt.tool_name, rec, None)
         return (True, rec.api_key, rec.version, rt.tool_name, rec if rt.has_body else None, to_dump_json(rec))
     except RecordDecodeError as exc:
         code = getattr(exc, "code", "RECORD_DECODE_ERROR")
         return (False, code if code in REASON_CODES else "RECORD_DECODE_ERROR", str(exc))
     except (ValueError, IndexError, KeyError, UnicodeDecodeError, OverflowError) as exc:
         return (False, "RECORD_DECODE_ERROR", f"{type(exc).__name__}: {exc}")
+
+
+# a payload column is assembled from in-order slices (and null runs) when it has at most this many runs,
+# else gathered with one ``take``
+_MAX_SLICES = 256
+
+
+def _rows_of(dense: pa.Array, ri: np.ndarray) -> pa.Array | None:
+    """Row ``j`` is ``dense[ri[j]]`` (null where ``ri[j] < 0``; None if every row is null): runs of
+    consecutive values and the null runs between them are concatenated slices when there are few of
+    them (no gather), else one ``take``."""
+    n = len(ri)
+    valid = ri >= 0
+    nz = np.flatnonzero(valid)
+    if not len(nz):
+        return None
+    v = ri[nz]
+    brk = np.empty(len(nz), dtype=bool)
+    brk[0] = True
+    brk[1:] = (np.diff(nz) != 1) | (np.diff(v) != 1)
+    rs = np.flatnonzero(brk)
+    if 2 * len(rs) + 1 > _MAX_SLICES:
+        return dense.take(pa.array(ri, pa.int64(), mask=~valid))
+    pieces = []
+    prev = 0
+    for r0, r1 in zip(rs.tolist(), np.append(rs[1:], len(nz)).tolist()):
+        at = int(nz[r0])
+        if at > prev:
+            pieces.append(pa.nulls(at - prev, dense.type))
+        pieces.append(dense.slice(int(v[r0]), r1 - r0))
+        prev = at + r1 - r0
+    if prev < n:
+        pieces.append(pa.nulls(n - prev, dense.type))
+    return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+
+
+def _payload_rows(uniq: list[tuple[Any, ...]], ridx: np.ndarray, n: int) -> tuple[pa.Array, list[pa.Array]]:
+    """``payload_json`` of each decoded value (``uniq``), and the payload columns of the ``n`` rows (row
+    ``j`` holds value ``ridx[j]``). Each type's values are converted once (one dense struct array); its
+    column takes row ``j`` from it directly. ``payload_json`` is the row-wise text where
+    ``_decode_value`` made it, else rendered per (type, version) from the dense array."""
+    texts = [u[4] for u in uniq]
+    members: dict[int, list[int]] = {}
+    for i, u in enumerate(uniq):
+        if u[3] is not None:
+            g = members.get(u[0])
+            if g is None:
+                members[u[0]] = g = []
+            g.append(i)
+    cols: list[pa.Array] = [pa.nulls(n, f.type) for f in PAYLOAD_FIELDS]
+    for key, rows in members.items():
+        col = PAYLOAD_COLUMN_BY_API_KEY[key]
+        dense = pa.array([uniq[i][3].data for i in rows], type=PAYLOAD_STRUCT_TYPES[col])
+        groups: dict[int, list[int]] = {}
+        for j, i in enumerate(rows):
+            if texts[i] is None:
+                groups.setdefault(uniq[i][1], []).append(j)
+        for version, js in groups.items():
+            part = dense if len(js) == len(dense) else dense.take(pa.array(js, pa.int64()))
+            for j, text in zip(js, record_json_arrow(key, version, part).to_pylist()):
+                texts[rows[j]] = text
+        pos = np.full(len(uniq), -1, dtype=np.int64)
+        pos[rows] = np.arange(len(rows), dtype=np.int64)
+        rows_col = _rows_of(dense, pos[ridx])
+        if rows_col is not None:
+            cols[_PAYLOAD_INDEX[key]] = rows_col
+    return pa.array(texts, pa.string()), cols
 
 
 def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, bytes]] | None:
@@ -761,9 +853,8 @@ def decode_to_arrow(
     u_key = pa.array([u[0] for u in uniq], pa.int32()).take(idx)
     u_ver = pa.array([u[1] for u in uniq], pa.int32()).take(idx)
     u_type = pa.array([u[2] for u in uniq], pa.string()).take(idx)
-    u_json = pa.array([u[4] for u in uniq], pa.string()).take(idx)
-    payload = [pa.nulls(n, col.type) if col.null_count == len(col) else col.take(idx)
-               for col in build_payload_columns([u[3] for u in uniq])]
+    u_json, payload = _payload_rows(uniq, ridx, n)
+    u_json = u_json.take(idx)
     times = pa.array(rtime * 1000, TIMESTAMP)
     tail = [u_json, _const(source_file, n, pa.string()), pa.array(row_pos, pa.int64())]
     typed = [u_type, u_key, u_ver]
