@@ -48,6 +48,7 @@ def _decode(monkeypatch: pytest.MonkeyPatch, *, columnar: bool, max_slices: int)
     monkeypatch.setattr(arrow, "_VALUE_CACHE", {})
     monkeypatch.setattr(arrow, "_COLUMN_JSON", {} if columnar else _NeverColumnar())
     monkeypatch.setattr(arrow, "_MAX_SLICES", max_slices)
+    monkeypatch.setattr(arrow, "_COLUMNAR", columnar)
     return arrow.decode_to_arrow(BUF, cluster_id="c", source_file="f", file_kind="segment", ingested_at=AT)
 
 

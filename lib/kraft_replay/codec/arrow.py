@@ -40,6 +40,7 @@ from kraft_replay.codec.arrow_payload import (
     build_struct_array,
 )
 from kraft_replay.codec.batch import HEADER_SIZE, Corruption, iter_batches
+from kraft_replay.codec.columnar import ColumnarGroup, ColumnarValues, Reader, decode_values
 from kraft_replay.codec.control import CONTROL_TYPES, ControlDecodeError, ControlRecord, decode_control_record
 from kraft_replay.codec.files import FileKind
 from kraft_replay.codec.jsonfmt import to_dump_json
@@ -226,7 +227,13 @@ class _Quarantine:
         self.raw.append(raw)
 
     def batch(self, cluster_id: str, source_file: str, ingested_at: datetime) -> pa.RecordBatch:
+        """The rows in file order (a batch re-decoded late by the bulk path added its rows last)."""
         n = len(self.pos)
+        if any(a > b for a, b in zip(self.pos, self.pos[1:])):
+            order = sorted(range(n), key=self.pos.__getitem__)
+            for name in self.__slots__:
+                col = getattr(self, name)
+                setattr(self, name, [col[i] for i in order])
         cols = [
             _const(cluster_id, n, pa.string()),
             _const(source_file, n, pa.string()),
@@ -366,12 +373,16 @@ def _rows_of(dense: pa.Array, ri: np.ndarray) -> pa.Array | None:
     return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
 
 
-def _payload_rows(uniq: list[tuple[Any, ...]], ridx: np.ndarray, n: int) -> tuple[pa.Array, list[pa.Array]]:
-    """``payload_json`` of each decoded value (``uniq``), and the payload columns of the ``n`` rows (row
-    ``j`` holds value ``ridx[j]``). Each type's values are converted once (one dense struct array); its
-    column takes row ``j`` from it directly. ``payload_json`` is the row-wise text where
-    ``_decode_value`` made it, else rendered per (type, version) from the dense array."""
+def _payload_rows(uniq: list[tuple[Any, ...]], groups: list[ColumnarGroup], ridx: np.ndarray, n: int
+                  ) -> tuple[pa.Array, list[pa.Array]]:
+    """``payload_json`` of each decoded value and the payload columns of the ``n`` rows (row ``j``
+    holds value ``ridx[j]``). The values are ``uniq`` (decoded row by row) followed by the values of
+    each column-wise decoded group, in order. Each type's values form one dense struct array (the
+    row-wise ones converted once); its column takes row ``j`` from it directly. ``payload_json`` is
+    the row-wise text where ``_decode_value`` made it, else rendered per (type, version) from the
+    dense arrays."""
     texts = [u[4] for u in uniq]
+    nu = len(uniq)
     members: dict[int, list[int]] = {}
     for i, u in enumerate(uniq):
         if u[3] is not None:
@@ -379,28 +390,42 @@ def _payload_rows(uniq: list[tuple[Any, ...]], ridx: np.ndarray, n: int) -> tupl
             if g is None:
                 members[u[0]] = g = []
             g.append(i)
-    cols: list[pa.Array] = [pa.nulls(n, f.type) for f in PAYLOAD_FIELDS]
+    # per api key: dense parts and the value indexes they hold
+    parts: dict[int, list[tuple[pa.Array, np.ndarray]]] = {}
     for key, rows in members.items():
         col = PAYLOAD_COLUMN_BY_API_KEY[key]
         dense = pa.array([uniq[i][3].data for i in rows], type=PAYLOAD_STRUCT_TYPES[col])
-        groups: dict[int, list[int]] = {}
+        by_version: dict[int, list[int]] = {}
         for j, i in enumerate(rows):
             if texts[i] is None:
-                groups.setdefault(uniq[i][1], []).append(j)
-        for version, js in groups.items():
+                by_version.setdefault(uniq[i][1], []).append(j)
+        for version, js in by_version.items():
             part = dense if len(js) == len(dense) else dense.take(pa.array(js, pa.int64()))
             for j, text in zip(js, record_json_arrow(key, version, part).to_pylist()):
                 texts[rows[j]] = text
-        pos = np.full(len(uniq), -1, dtype=np.int64)
-        pos[rows] = np.arange(len(rows), dtype=np.int64)
+        parts.setdefault(key, []).append((dense, np.asarray(rows, dtype=np.int64)))
+    json_parts = [pa.array(texts, pa.string())]
+    at = nu
+    for g in groups:
+        k = len(g.rows)
+        json_parts.append(record_json_arrow(g.api_key, g.version, g.payload, k))
+        if g.payload is not None:
+            parts.setdefault(g.api_key, []).append((g.payload, np.arange(at, at + k, dtype=np.int64)))
+        at += k
+    cols: list[pa.Array] = [pa.nulls(n, f.type) for f in PAYLOAD_FIELDS]
+    for key, ps in parts.items():
+        dense = ps[0][0] if len(ps) == 1 else pa.concat_arrays([d for d, _ in ps])
+        pos = np.full(at, -1, dtype=np.int64)
+        pos[np.concatenate([v for _, v in ps])] = np.arange(len(dense), dtype=np.int64)
         rows_col = _rows_of(dense, pos[ridx])
         if rows_col is not None:
             cols[_PAYLOAD_INDEX[key]] = rows_col
-    return pa.array(texts, pa.string()), cols
+    json = json_parts[0] if len(json_parts) == 1 else pa.concat_arrays(json_parts)
+    return json, cols
 
 
-def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, bytes]] | None:
-    """``(offset_delta, value)`` of a batch's records when they have KRaft's usual shape (facts §1.7:
+def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, int, int]] | None:
+    """``(offset_delta, value start, value length)`` of a batch's records when they have KRaft's usual shape (facts §1.7:
     attributes 0, timestamp delta 0, null key, no headers, lengths of at most two varint bytes);
     None for anything else, which the general record parser then handles."""
     out: list[tuple[int, bytes]] = []
@@ -438,7 +463,7 @@ def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, 
         vend = q + (vl >> 1)
         if vend + 1 != body_end or buf[vend]:
             return None
-        out.append((od >> 1, buf[q:vend]))
+        out.append((od >> 1, q, vend - q))
         p = body_end
     return out if p == bend else None
 
@@ -448,32 +473,88 @@ _HEAD17 = struct.Struct(">qiib")
 _LEN = struct.Struct(">i")
 
 # The bulk path (see decode_to_arrow) classifies runs of at least this many framed batches with numpy;
-# shorter runs go batch by batch. Tests switch ``_BULK`` (bulk path) and ``_INLINE`` (the per-batch
+# shorter runs go batch by batch. Tests switch ``_BULK`` (bulk path), ``_COLUMNAR`` and ``_INLINE`` (the per-batch
 # inline parser) off to compare with the general decoder.
 _BULK_MIN_RUN = 16
 _BULK_MAX_PIECE = 8192
-_VALUE_ROUNDS = 4
-_ARANGE8 = np.arange(8, dtype=np.int64)
 _BULK = True
 _INLINE = True
+_COLUMNAR = True  # values of the bulk path decoded column-wise (codec.columnar); off: row by row
 
-# What the bulk path reads of each candidate batch: header bytes 0..27 (baseOffset, batchLength, epoch,
-# magic, crc, attributes, lastOffsetDelta), 35..43 (maxTimestamp), 57..61 (recordsCount) and the first
-# six bytes of the records section (length, attributes, timestampDelta, offsetDelta, keyLength,
-# valueLength of a one-record batch whose varints are single bytes), gathered into 45-byte rows.
-_GATHER = np.concatenate([np.arange(0, 27), np.arange(35, 43), np.arange(57, 67)]).astype(np.int64)
-_GATHERED = np.dtype({
-    "names": ["base", "blen", "epoch", "magic", "crc", "attr", "ldelta", "maxts", "count",
-              "ln", "rattr", "tsd", "od", "klen", "vlen"],
-    "formats": [">i8", ">i4", ">i4", "u1", ">u4", "u1", ">i4", ">i8", ">i4", "u1", "u1", "u1", "u1", "u1", "u1"],
-    "offsets": [0, 8, 12, 16, 17, 22, 23, 27, 35, 39, 40, 41, 42, 43, 44],
-    "itemsize": 45,
+# The batch header (facts §1.1) as the bulk path reads it: bytes 0..60 of each batch.
+_HEADER_BYTES = np.arange(HEADER_SIZE, dtype=np.int64)
+_HEADER_DTYPE = np.dtype({
+    "names": ["base", "blen", "epoch", "magic", "crc", "attr", "ldelta", "maxts", "count"],
+    "formats": [">i8", ">i4", ">i4", "u1", ">u4", ">i2", ">i4", ">i8", ">i4"],
+    "offsets": [0, 8, 12, 16, 17, 21, 23, 35, 57],
+    "itemsize": HEADER_SIZE,
 })
-# smallest one-record batch: header + record length, attributes, timestampDelta, offsetDelta,
-# keyLength, valueLength and header count bytes
-_MIN_ONE_RECORD = HEADER_SIZE + 7
-_MAX_ONE_RECORD = HEADER_SIZE + 1 + 63
+# smallest record of the usual shape: length, attributes, timestampDelta, offsetDelta, keyLength,
+# valueLength and header count bytes
+_MIN_RECORD = 7
+# the lockstep framing goes on while at least this many batches still have records; the batches left
+# then (a few long ones) are framed one by one
+_LOCKSTEP_MIN = 64
 _SAFE_OFFSET = 1 << 62
+_TOOL_NAMES = pa.array([RECORD_TYPES[k].tool_name if k in RECORD_TYPES else None for k in range(max(RECORD_TYPES) + 1)],
+                       pa.string())
+
+
+def _frame_records(r: Reader, buf: bytes, start: np.ndarray, end: np.ndarray, count: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Frame the records of uncompressed batches whose records sections are ``buf[start[i]:end[i]]``
+    holding ``count[i]`` records: ``(good, value_start, value_length, offset_delta)``, the last three
+    per record in batch order (``count[i]`` slots per batch). ``good[i]`` is true when every record of
+    batch ``i`` has KRaft's usual shape (facts §1.7: attributes 0, timestamp delta 0, null key, a value,
+    no headers, varints of at most four bytes, records filling the section exactly); other batches
+    are left to the per-batch decoder.
+
+    Record ``k`` of every batch is read at once (the records of a batch follow one another); when few
+    batches are left, the rest are framed one by one with :func:`_fast_records`."""
+    nb = len(start)
+    slot0 = np.cumsum(count) - count
+    total = int(count.sum()) if nb else 0
+    vs = np.zeros(total, dtype=np.int64)
+    vl = np.zeros(total, dtype=np.int64)
+    od = np.zeros(total, dtype=np.int64)
+    good = np.ones(nb, dtype=bool)
+    p_all = start.copy()
+    k = 0
+    while True:
+        act = np.flatnonzero(good & (count > k))
+        if len(act) < _LOCKSTEP_MIN:
+            for b in act.tolist():
+                spans = _fast_records(buf, int(p_all[b]), int(end[b]), int(count[b] - k))
+                if spans is None:
+                    good[b] = False
+                    continue
+                s = int(slot0[b]) + k
+                for j, (d, a, m) in enumerate(spans):
+                    od[s + j], vs[s + j], vl[s + j] = d, a, m
+                p_all[b] = end[b]
+            break
+        p, e = p_all[act], end[act]
+        ln, p, ok = r.uvarint(p, e)
+        rend = p + (ln >> 1)
+        ok &= ((ln & 1) == 0) & (rend <= e)
+        g = r.gather(p, 2)
+        ok &= (g[:, 0] == 0) & (g[:, 1] == 0)                  # attributes, timestamp delta
+        d, p, ok2 = r.uvarint(p + 2, rend)
+        ok &= ok2 & ((d & 1) == 0)
+        ok &= r.gather(p, 1)[:, 0] == 1                        # key length -1: null key
+        v, p, ok3 = r.uvarint(p + 1, rend)
+        vend = p + (v >> 1)
+        ok &= ok3 & ((v & 1) == 0) & (vend + 1 == rend)
+        ok &= r.gather(vend, 1)[:, 0] == 0                     # no headers
+        s = slot0[act] + k
+        vs[s] = p
+        vl[s] = v >> 1
+        od[s] = d >> 1
+        good[act] &= ok
+        p_all[act] = rend
+        k += 1
+    good &= p_all == end
+    return good, vs, vl, od
 
 
 def decode_to_arrow(
@@ -543,7 +624,8 @@ def decode_to_arrow(
     b_pos: list[int] = []
     b_rows: list[int] = []
     # data rows of the bulk path (one per batch): numpy arrays per run
-    f_cols: list[tuple[np.ndarray, ...]] = []   # (pos, offset, idx, base, last, epoch, time)
+    f_cols: list[tuple[np.ndarray, ...]] = []   # per row: (pos, offset, value start, value length, base, last, epoch, time)
+    f_batches: list[tuple[np.ndarray, ...]] = []   # per batch: (pos, base, last, rows)
     uniq: list[tuple[Any, ...]] = []          # (api_key, version, tool_name, record_or_None, json)
     memo: dict[bytes, int] = {}
     bad_memo: dict[bytes, tuple[str, str]] = {}
@@ -583,23 +665,11 @@ def decode_to_arrow(
         n0 = len(r_off)
         for od, value in recs:
             off = base + od
-            i = memo.get(value)
-            if i is None:
-                bad = bad_memo.get(value)
-                if bad is None:
-                    hit = _decode_value(value)
-                    if hit[0]:
-                        i = len(uniq)
-                        uniq.append(hit[1:])
-                        if len(value) <= _MEMO_MAX_VALUE and len(memo) < _MEMO_MAX_ENTRIES:
-                            memo[value] = i
-                    else:
-                        bad = (hit[1], hit[2])
-                        if len(bad_memo) < 1000:
-                            bad_memo[value] = bad
-                if bad is not None:
-                    q.add(bpos, len(value), off, bad[0], f"record at offset {off}: {bad[1]}", value)
-                    continue
+            i = learn(value)
+            if i < 0:
+                bad = bad_memo.get(value) or _decode_value(value)[1:]
+                q.add(bpos, len(value), off, bad[0], f"record at offset {off}: {bad[1]}", value)
+                continue
             r_off.append(off)
             r_idx.append(i)
         k = len(r_off) - n0
@@ -683,8 +753,9 @@ def decode_to_arrow(
                                 last = blast
                             add_data(base, blast, epoch, maxts, base_position + pos, [(buf[p + 3] >> 1, buf[p + 6 : bend - 1])])
                             return bend, True
-                    recs = _fast_records(buf, pos + 61, bend, count)
-                    if recs is not None:
+                    spans = _fast_records(buf, pos + 61, bend, count)
+                    if spans is not None:
+                        recs = [(d, buf[a : a + m]) for d, a, m in spans]
                         nbatches += 1
                         blast = base + ldelta
                         if first is None or base < first:
@@ -715,74 +786,39 @@ def decode_to_arrow(
         return pos, False  # pragma: no cover - iter_batches always yields for non-empty input
 
     arr = np.frombuffer(buf, dtype=np.uint8)
-
-    def value_ids(vstart: np.ndarray, vlen: np.ndarray) -> np.ndarray:
-        """``learn`` of each value ``buf[vstart[j] : vstart[j] + vlen[j]]``. Values of up to 7 bytes are
-        compared as integers (length in the top byte), most frequent first: one lookup per distinct
-        value for the first few distinct values, then one per value."""
-        ids = np.full(len(vstart), -1, dtype=np.int64)
-        rest = np.flatnonzero(vlen > 7)
-        short = np.flatnonzero(vlen <= 7)
-        if len(short):
-            vs = vstart[short]
-            w = arr[np.minimum(vs[:, None] + _ARANGE8, end - 1)].view("<u8").ravel()
-            sl = vlen[short].astype(np.uint64)
-            keys = (w & ((np.uint64(1) << (sl * np.uint64(8))) - np.uint64(1))) | (sl << np.uint64(56))
-            left = np.arange(len(short))
-            for _ in range(_VALUE_ROUNDS):
-                if not len(left):
-                    break
-                j = short[left[0]]
-                hit = keys[left] == keys[left[0]]
-                ids[short[left[hit]]] = learn(buf[vstart[j] : vstart[j] + vlen[j]])
-                left = left[~hit]
-            rest = np.concatenate([rest, short[left]])
-        if len(rest):
-            ids[rest] = [learn(buf[s : s + k]) for s, k in zip(vstart[rest].tolist(), vlen[rest].tolist())]
-        return ids
+    reader = Reader(arr)
 
     def bulk(pos0: int, sizes: list[int]) -> None:
         """The bulk path for a run of framed batches starting at ``pos0`` (see the docstring)."""
-        nonlocal first, last, nbatches
         z = np.array(sizes, dtype=np.int64)
         starts = np.cumsum(z)
         starts -= z
         starts += pos0
-        # candidates by size alone: a one-record batch with single-byte varints is 68..125 bytes
-        cand = np.flatnonzero((z >= _MIN_ONE_RECORD) & (z <= _MAX_ONE_RECORD))
-        h = arr[starts[cand][:, None] + _GATHER].view(_GATHERED).ravel()
-        zc = z[cand]
-        ln = h["ln"].astype(np.int64)
-        vl = h["vlen"].astype(np.int64)
-        ok = ((h["magic"] == 2) & (h["attr"] & 0x27 == 0) & (h["count"] == 1)
-              & (ln & 0x81 == 0) & (62 + (ln >> 1) == zc) & (vl & 0x81 == 0) & (68 + (vl >> 1) == zc)
-              & (h["rattr"] == 0) & (h["tsd"] == 0) & (h["od"] & 0x81 == 0) & (h["klen"] == 1)
-              & (np.abs(h["base"]) < _SAFE_OFFSET))  # offsets computed in int64 cannot overflow
-        ok &= arr[starts[cand] + zc - 1] == 0  # the record's header count (the batch's last byte) is 0
-        cand, h = cand[ok], h[ok]
+        h = arr[starts[:, None] + _HEADER_BYTES].view(_HEADER_DTYPE).ravel()
+        cnt = h["count"].astype(np.int64)
+        cand = np.flatnonzero((h["magic"] == 2) & (h["attr"] & 0x27 == 0) & (cnt >= 1)
+                              & (cnt * _MIN_RECORD <= z - HEADER_SIZE)
+                              & (np.abs(h["base"]) < _SAFE_OFFSET))  # offsets computed in int64 cannot overflow
         cs = starts[cand]
         crcs = [crc(buf[s + 21 : e]) for s, e in zip(cs.tolist(), (cs + z[cand]).tolist())]
-        good = np.array(crcs, dtype=np.uint32) == h["crc"]
-        cand, h = cand[good], h[good]
-        ids = value_ids(starts[cand] + 67, z[cand] - 68)
-        keep = ids >= 0
-        fast = cand[keep]
+        cand = cand[np.array(crcs, dtype=np.uint32) == h["crc"][cand]]
+        good, vs, vl, od = _frame_records(reader, buf, starts[cand] + HEADER_SIZE, starts[cand] + z[cand], cnt[cand])
+        fast = cand[good]
         if len(fast):
-            hf = h[keep]
+            hf = h[fast]
+            k = cnt[fast]
+            rows = np.repeat(good, cnt[cand])
             base = hf["base"].astype(np.int64)
-            blast = base + hf["ldelta"]
-            nbatches += len(fast)
-            lo, hi = int(base.min()), int(blast.max())
-            first = lo if first is None or lo < first else first
-            last = hi if last is None or hi > last else last
+            f_batches.append((starts[fast] + base_position, base, base + hf["ldelta"], k))
             f_cols.append((
-                starts[fast] + base_position,
-                base + (hf["od"] >> 1),
-                ids[keep],
-                base,
-                blast,
-                hf["epoch"].astype(np.int64),
-                hf["maxts"].astype(np.int64),
+                np.repeat(starts[fast] + base_position, k),
+                np.repeat(base, k) + od[rows],
+                vs[rows],
+                vl[rows],
+                np.repeat(base, k),
+                np.repeat(base + hf["ldelta"], k),
+                np.repeat(hf["epoch"].astype(np.int64), k),
+                np.repeat(hf["maxts"].astype(np.int64), k),
             ))
         if len(fast) < len(z):
             slow = np.ones(len(z), dtype=bool)
@@ -825,6 +861,44 @@ def decode_to_arrow(
         if not go_on:
             break
 
+    # rows of the bulk path: values decoded column-wise where possible, else row by row; a batch with
+    # a value that does not decode goes through the per-batch path (which quarantines that record)
+    groups: list[ColumnarGroup] = []
+    f_vidx = np.zeros(0, dtype=np.int64)
+    f_rel = np.zeros(0, dtype=bool)   # value index relative to the columnar groups (else into uniq)
+    if f_cols:
+        fc = [np.concatenate(c) for c in zip(*f_cols)]
+        fb = [np.concatenate(c) for c in zip(*f_batches)]
+        cv = decode_values(arr, fc[2], fc[3]) if _COLUMNAR else ColumnarValues(np.zeros(len(fc[2]), dtype=bool), [])
+        groups = cv.groups
+        f_vidx = np.empty(len(fc[0]), dtype=np.int64)
+        at = 0
+        for g in groups:
+            f_vidx[g.rows] = at + np.arange(len(g.rows), dtype=np.int64)
+            at += len(g.rows)
+        f_rel = cv.ok
+        rest = np.flatnonzero(~cv.ok)
+        if len(rest):
+            f_vidx[rest] = [learn(buf[s : s + k]) for s, k in zip(fc[2][rest].tolist(), fc[3][rest].tolist())]
+        failed = (f_vidx < 0) & ~f_rel
+        if failed.any():
+            bad_pos = np.unique(fc[0][failed])
+            keep_b = ~np.isin(fb[0], bad_pos)
+            keep_r = ~np.isin(fc[0], bad_pos)
+            fb = [c[keep_b] for c in fb]
+            fc = [c[keep_r] for c in fc]
+            f_vidx, f_rel = f_vidx[keep_r], f_rel[keep_r]
+            for s in (bad_pos - base_position).tolist():
+                one(s)
+        if len(fb[0]):
+            nbatches += len(fb[0])
+            lo, hi = int(fb[1].min()), int(fb[2].max())
+            first = lo if first is None or lo < first else first
+            last = hi if last is None or hi > last else last
+        f_cols = [(fc[0], fc[1], fc[4], fc[5], fc[6], fc[7])]
+    nu = len(uniq)
+    f_vidx = np.where(f_rel, f_vidx + nu, f_vidx)
+
     nf = sum(len(c[0]) for c in f_cols)
     n = len(r_off) + nf
     stats.batches = nbatches
@@ -841,19 +915,26 @@ def decode_to_arrow(
             np.asarray(r_off, dtype=np.int64),
             np.asarray(r_idx, dtype=np.int64),
             *(np.repeat(np.asarray(v, dtype=np.int64), counts) for v in (b_base, b_last, b_epoch, b_time))]
-    if f_cols:
-        parts = [cols, *f_cols] if r_off else f_cols
-        cols = [np.concatenate(c) for c in zip(*parts)]
+    if nf:
+        fcols = [f_cols[0][0], f_cols[0][1], f_vidx, *f_cols[0][2:]]
         if r_off:  # both paths: back to batch order (a batch's rows keep their order)
+            cols = [np.concatenate(c) for c in zip(cols, fcols)]
             order = np.argsort(cols[0], kind="stable")
             cols = [c[order] for c in cols]
+        else:
+            cols = fcols
     row_pos, offs, ridx, rbase, rlast, repoch, rtime = cols
 
     idx = pa.array(ridx, pa.int64())
-    u_key = pa.array([u[0] for u in uniq], pa.int32()).take(idx)
-    u_ver = pa.array([u[1] for u in uniq], pa.int32()).take(idx)
-    u_type = pa.array([u[2] for u in uniq], pa.string()).take(idx)
-    u_json, payload = _payload_rows(uniq, ridx, n)
+    keys = np.concatenate([np.array([u[0] for u in uniq], dtype=np.int64),
+                           *(np.full(len(g.rows), g.api_key, dtype=np.int64) for g in groups)])
+    vers = np.concatenate([np.array([u[1] for u in uniq], dtype=np.int64),
+                           *(np.full(len(g.rows), g.version, dtype=np.int64) for g in groups)])
+    row_keys = keys[ridx]
+    u_key = pa.array(row_keys.astype(np.int32), pa.int32())
+    u_ver = pa.array(vers[ridx].astype(np.int32), pa.int32())
+    u_type = _TOOL_NAMES.take(pa.array(row_keys, pa.int64()))
+    u_json, payload = _payload_rows(uniq, groups, ridx, n)
     u_json = u_json.take(idx)
     times = pa.array(rtime * 1000, TIMESTAMP)
     tail = [u_json, _const(source_file, n, pa.string()), pa.array(row_pos, pa.int64())]

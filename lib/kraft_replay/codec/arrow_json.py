@@ -86,9 +86,12 @@ def _differs(dv: object, col: pa.Array, absent_is_default: bool) -> pa.Array:
     return pc.fill_null(pc.not_equal(col, pa.scalar(dv, col.type)), True)
 
 
-def _struct_text(fields: tuple[FieldSpec, ...], version: int, arr: pa.StructArray) -> pa.Array:
+def _struct_text(fields: tuple[FieldSpec, ...], version: int, arr: pa.StructArray, head: str = "",
+                 tail: str = "") -> pa.Array:
+    """``head + {...} + tail`` per row: one element-wise join of literal field prefixes and value texts
+    (a tagged field's prefix and text are joined first, then blanked where the field is at its default)."""
     n = len(arr)
-    pieces: list[pa.Array] = []
+    args: list[object] = []      # literal strings and string arrays, joined in order
     for f in fields:
         if not f.present_in(version):
             continue
@@ -104,15 +107,26 @@ def _struct_text(fields: tuple[FieldSpec, ...], version: int, arr: pa.StructArra
         text = _value_text(f, col)
         if absent_is_default and f.is_array:
             text = pc.fill_null(text, "[]")
-        piece = pc.binary_join_element_wise(f',"{f.json_name}":', pc.fill_null(text, "null"), "")
-        if differs is not None:
-            piece = pc.if_else(differs, piece, "")
-        pieces.append(piece)
-    if not pieces:
-        return pa.array(["{}"] * n, pa.string())
-    body = pc.binary_join_element_wise(*pieces, "") if len(pieces) > 1 else pieces[0]
-    inner = pc.utf8_slice_codeunits(body, 1)  # drop the first piece's leading comma
-    return pc.binary_join_element_wise("{", inner, "}", "")
+        elif text.null_count:
+            text = pc.fill_null(text, "null")
+        if differs is None:
+            args.append(("," if args else "") + f'"{f.json_name}":')
+            args.append(text)
+        else:
+            piece = pc.binary_join_element_wise(f',"{f.json_name}":', text, "")
+            if not pc.all(differs).as_py():
+                piece = pc.if_else(differs, piece, "")
+            args.append(piece)
+    if not args:
+        return pa.array([head + "{}" + tail] * n, pa.string())
+    if isinstance(args[0], str):
+        args[0] = head + "{" + args[0]
+        body = pc.binary_join_element_wise(*args, "}" + tail, "")
+    else:
+        # the first printed field is tagged: its piece starts with a comma to drop
+        inner = pc.utf8_slice_codeunits(pc.binary_join_element_wise(*args, "") if len(args) > 1 else args[0], 1)
+        body = pc.binary_join_element_wise(head + "{", inner, "}" + tail, "")
+    return body
 
 
 def record_json_arrow(api_key: int, version: int, payload: pa.StructArray | None, length: int | None = None) -> pa.Array:
@@ -134,6 +148,7 @@ def record_json_arrow(api_key: int, version: int, payload: pa.StructArray | None
         raise ValueError(f"{rt.tool_name}: the payload column is required")
     if isinstance(payload, pa.ChunkedArray):
         payload = payload.combine_chunks()
-    body = _struct_text(rt.schema.fields, version, payload)
-    text = pc.binary_join_element_wise(head, body, "}", "")
-    return pc.if_else(pc.is_valid(payload), text, pa.scalar(None, pa.string()))
+    text = _struct_text(rt.schema.fields, version, payload, head, "}")
+    if payload.null_count:
+        text = pc.if_else(pc.is_valid(payload), text, pa.scalar(None, pa.string()))
+    return text
