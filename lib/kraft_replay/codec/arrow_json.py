@@ -62,15 +62,21 @@ def _scalar_text(t: str, col: pa.Array) -> pa.Array:
     return _quoted(pc.cast(col, pa.string()), escape=(t == "string"))
 
 
-def _array_text(element_type: str, col: pa.Array) -> pa.Array:
-    """``[a,b,...]`` per list (null stays null)."""
+def _array_joined(element_type: str, col: pa.Array) -> pa.Array:
+    """``a,b,...`` per list (null stays null)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
-    # offsets index into the whole values buffer (also for a slice), so render all values once
+    # offsets index into the whole values buffer (also for a slice), so render all values once and
+    # put them under the column's own validity and offsets
     items = _scalar_text(element_type, col.values)
-    rebuilt = pa.ListArray.from_arrays(col.offsets, items)   # null lists come out empty here...
-    joined = pc.binary_join_element_wise("[", pc.binary_join(rebuilt, ","), "]", "")
-    return pc.if_else(pc.is_valid(col), joined, pa.scalar(None, pa.string()))   # ...and null again here
+    rebuilt = pa.Array.from_buffers(pa.list_(pa.string()), len(col), col.buffers()[:2], offset=col.offset,
+                                    children=[items])
+    return pc.binary_join(rebuilt, ",")
+
+
+def _array_text(element_type: str, col: pa.Array) -> pa.Array:
+    """``[a,b,...]`` per list (null stays null)."""
+    return pc.binary_join_element_wise("[", _array_joined(element_type, col), "]", "")
 
 
 def _value_text(f: FieldSpec, col: pa.Array) -> pa.Array:
@@ -101,6 +107,16 @@ def _struct_text(fields: tuple[FieldSpec, ...], version: int, arr: pa.StructArra
         absent_is_default = dv is not None and not f.nullable_in(version)
         if absent_is_default and not f.is_array and col.null_count:
             col = pc.fill_null(col, pa.scalar(dv, col.type))
+        if dv is None and f.tagged_in(version):
+            # printed where not null: the joined piece is null exactly there, and blank after fill_null
+            if col.null_count == n:
+                continue
+            if f.is_array:
+                piece = pc.binary_join_element_wise(f',"{f.json_name}":[', _array_joined(f.element_type, col), "]", "")
+            else:
+                piece = pc.binary_join_element_wise(f',"{f.json_name}":', _scalar_text(f.type, col), "")
+            args.append(pc.fill_null(piece, "") if piece.null_count else piece)
+            continue
         differs = _differs(dv, col, absent_is_default) if f.tagged_in(version) else None
         if differs is not None and not pc.any(differs).as_py():
             continue                       # a tagged field at its default in every row prints nothing

@@ -41,6 +41,7 @@ __all__ = ["ColumnarGroup", "ColumnarValues", "Reader", "decode_values", "suppor
 
 _MAX_STRING = 32767
 _MAX_TAGS = 64
+_ARANGE = np.arange(16, dtype=np.int64)
 _B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", dtype=np.uint8)
 
 # numpy dtype (big-endian on the wire) and Arrow type of each fixed-size scalar
@@ -127,9 +128,7 @@ class Reader:
         self.top = len(arr) - 1
 
     def gather(self, p: np.ndarray, k: int) -> np.ndarray:
-        idx = p[:, None] + np.arange(k, dtype=np.int64)
-        np.clip(idx, 0, self.top, out=idx)
-        return self.arr[idx]
+        return self.arr.take(p[:, None] + _ARANGE[:k], mode="clip")
 
     def fixed(self, p: np.ndarray, lim: np.ndarray, t: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         size = FIXED_SIZES[t]
