@@ -81,7 +81,7 @@ def main() -> int:
         lake = Lake(str(lake_root), spark, backend="deltars")
         t = time.perf_counter()
         s = run_ingest(spark, lake, [str(seg_dir)], cluster_id="bench", split_bytes=args.split_mb * 1024 * 1024,
-                       say=lambda m: print(m, flush=True))
+                       say=lambda m: print(f"[{time.perf_counter() - t:6.1f}s] {m}", flush=True))
         dt = time.perf_counter() - t
         rows = lake.read("metadata_log").count()
         print("\n".join(s.lines()))

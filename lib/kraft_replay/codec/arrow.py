@@ -461,39 +461,33 @@ def _payload_rows(uniq: list[tuple[Any, ...]], groups: list[ColumnarGroup], ridx
 
 
 def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, int, int]] | None:
-    """``(offset_delta, value start, value length)`` of a batch's records when they have KRaft's usual shape (facts §1.7:
-    attributes 0, timestamp delta 0, null key, no headers, lengths of at most two varint bytes);
-    None for anything else, which the general record parser then handles."""
-    out: list[tuple[int, bytes]] = []
+    """``(offset_delta, value start, value length)`` of a batch's records when they have KRaft's usual
+    shape (facts §1.7: attributes 0, timestamp delta 0, null key, no headers, non-negative length,
+    offset delta and value length in varints of at most four bytes); None for anything else, which the
+    general record parser then handles."""
+    out: list[tuple[int, int, int]] = []
     for _ in range(count):
-        if p >= bend:
+        if p + 7 > bend:
             return None
         ln = buf[p]
         p += 1
         if ln & 0x80:
-            if p >= bend:
-                return None
-            b2 = buf[p]
-            p += 1
-            if b2 & 0x80:
-                return None
-            ln = (ln & 0x7F) | (b2 << 7)
+            ln, p = _uv4(buf, p - 1, bend)
         if ln & 1:
             return None
         body_end = p + (ln >> 1)
-        if body_end > bend or buf[p] or buf[p + 1]:
+        if body_end > bend or body_end < p + 6 or buf[p] or buf[p + 1]:
             return None
         od = buf[p + 2]
-        if od & 0x81 or buf[p + 3] != 1:
+        q = p + 3
+        if od & 0x80:
+            od, q = _uv4(buf, q - 1, body_end)
+        if od & 1 or q + 2 > body_end or buf[q] != 1:
             return None
-        vl = buf[p + 4]
-        q = p + 5
+        vl = buf[q + 1]
+        q += 2
         if vl & 0x80:
-            b2 = buf[q]
-            q += 1
-            if b2 & 0x80:
-                return None
-            vl = (vl & 0x7F) | (b2 << 7)
+            vl, q = _uv4(buf, q - 1, body_end)
         if vl & 1:
             return None
         vend = q + (vl >> 1)
@@ -502,6 +496,21 @@ def _fast_records(buf: bytes, p: int, bend: int, count: int) -> list[tuple[int, 
         out.append((od >> 1, q, vend - q))
         p = body_end
     return out if p == bend else None
+
+
+def _uv4(buf: bytes, p: int, end: int) -> tuple[int, int]:
+    """Unsigned varint of at most four bytes at ``buf[p]`` ending before ``end``; ``(1, end)`` (an odd
+    value, which every caller rejects) when longer or cut off."""
+    v = 0
+    for shift in (0, 7, 14, 21):
+        if p >= end:
+            return 1, end
+        b = buf[p]
+        p += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, p
+    return 1, end
 
 
 _HDR = struct.Struct(">qiibIhiqqqhii")

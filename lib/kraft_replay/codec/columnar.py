@@ -28,6 +28,7 @@ values).
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,6 @@ __all__ = ["ColumnarGroup", "ColumnarValues", "Reader", "decode_values", "suppor
 _MAX_STRING = 32767
 _MAX_TAGS = 64
 _ARANGE = np.arange(16, dtype=np.int64)
-_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", dtype=np.uint8)
 
 # numpy dtype (big-endian on the wire) and Arrow type of each fixed-size scalar
 _FIXED: dict[str, tuple[str, pa.DataType]] = {
@@ -260,16 +260,15 @@ def _packed(valid: np.ndarray | None) -> pa.Buffer | None:
 
 
 def _uuid_text(m: np.ndarray) -> pa.Array:
-    """(n, 16) bytes -> Kafka's 22-character URL-safe base64 text, as an Arrow string array."""
+    """(n, 16) bytes -> Kafka's 22-character URL-safe base64 text, as an Arrow string array. Each
+    UUID padded to 18 bytes encodes to 24 characters on its own (18 is a multiple of 3); the first 22
+    are its text."""
     n = len(m)
-    b = np.zeros((n, 18), dtype=np.uint32)
+    b = np.zeros((n, 18), dtype=np.uint8)
     b[:, :16] = m
-    t = b.reshape(n, 6, 3)
-    v = (t[:, :, 0] << 16) | (t[:, :, 1] << 8) | t[:, :, 2]
-    six = np.stack([v >> 18, (v >> 12) & 63, (v >> 6) & 63, v & 63], axis=2).reshape(n, 24)[:, :22]
-    data = _B64[six]
+    text = np.frombuffer(base64.urlsafe_b64encode(b.tobytes()), dtype=np.uint8).reshape(n, 24)[:, :22]
     offsets = np.arange(0, 22 * n + 1, 22, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data.tobytes())])
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())])
 
 
 def _ranges(start: np.ndarray, count: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:

@@ -35,6 +35,10 @@ __all__ = ["StagedWrite", "write_staged_arrow"]
 # Rows per Parquet row group written by workers: large enough for good compression and few footer
 # entries, small enough to keep a worker's buffer per open file modest.
 ROW_GROUP_ROWS = 256 * 1024
+# Values the Parquet writer encodes per inner step of a column (pyarrow's default is 1,024): wide
+# tables of mostly-null nested columns write ~15% faster with larger steps; pages stay bounded by
+# the data page size.
+WRITE_BATCH_ROWS = 64 * 1024
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # Characters Spark escapes as %XX in partition directory names (ExternalCatalogUtils.escapePathName).
 _ESCAPED = set('"%#\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(1, 0x20)}
@@ -184,7 +188,8 @@ class _FileWriter:
         # file of a killed worker is never listed as data.
         self.tmp = f"{self.directory}/.{name}.tmp" if self.local else self.final
         self.writer = pq.ParquetWriter(self.tmp, self.schema, filesystem=self.fs, compression="zstd",
-                                       write_statistics=True, use_dictionary=dictionary_columns(self.schema))
+                                       write_statistics=True, use_dictionary=dictionary_columns(self.schema),
+                                       write_batch_size=WRITE_BATCH_ROWS)
         self.rows_in_file = 0
 
     def _close_file(self) -> None:
