@@ -1,9 +1,10 @@
 """Single-core raw decode rate of the codec: bytes -> bronze Arrow batches (``decode_to_arrow``).
 
-    python bench/codec_decode.py [--records 1000000] [--real DIR]
+    python bench/codec_decode.py [--records 1000000] [--real DIR] [--segments DIR]
 
 Prints records/s and MB/s for generated segments (and for the real Kafka files if ``--real`` is
-given), plus the cost of a split task's resynchronisation (``find_batch_start`` at 32 range starts
+given, and for the ``*.log`` files of ``--segments``, e.g. the scenario generator's segments that
+bench/ingest.py --scenario caches), plus the cost of a split task's resynchronisation (``find_batch_start`` at 32 range starts
 spread over the segment: time and bytes read per task) and of decoding zstd/lz4-compressed batches.
 Speed is measured here, never asserted in tests.
 """
@@ -83,12 +84,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--real", type=Path, default=None, help="directory of real KRaft files (e.g. ../shared/reference/real-kraft)")
+    ap.add_argument("--segments", type=Path, default=None,
+                    help="a __cluster_metadata-0 directory to measure too (e.g. /tmp/kraft-replay-bench-segments/"
+                         "scenario-medium/__cluster_metadata-0)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         paths = write_segments(Path(d), args.records)
         measure(paths, f"generated ({len(paths)} segment(s))")
         measure_resync(max(paths, key=lambda p: p.stat().st_size))
     measure_compressed()
+    if args.segments:
+        logs = sorted(args.segments.glob("*.log"))
+        measure(logs, f"segments of {args.segments} ({len(logs)})")
     if args.real:
         real = sorted(p for p in args.real.iterdir() if classify(p.name).kind in (FileKind.SEGMENT, FileKind.SNAPSHOT, FileKind.BOOTSTRAP))
         measure(real, f"real Kafka files ({len(real)})")

@@ -11,8 +11,10 @@ from pathlib import Path
 from kraft_replay.codec.arrow import decode_to_arrow
 from kraft_replay.codec.batch import scan_batch_headers
 from kraft_replay.ingest import run_ingest
-from kraft_replay.ingest.plan import first_batch_at_or_after, plan_ranges
+from kraft_replay.ingest.plan import plan_ranges
 from kraft_replay.ingest.sources import discover
+
+from chain_oracle import first_batch_at_or_after  # tests/ingest is on sys.path (pytest prepend mode)
 
 NAME = "rjmfernandes__flink-on-prem__00000000000000000000.log"
 ROWS = 17026

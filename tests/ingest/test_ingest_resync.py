@@ -18,8 +18,10 @@ from kraft_replay.codec.batch import build_batch, scan_batch_headers
 from kraft_replay.codec.records import MetadataRecord, encode_record_value
 from kraft_replay.ingest import run_ingest
 from kraft_replay.ingest.pipeline import _Progress, _read_stats, decode_tasks
-from kraft_replay.ingest.plan import RangeReader, find_batch_start, first_batch_at_or_after, plan_ranges
+from kraft_replay.ingest.plan import RangeReader, find_batch_start, plan_ranges
 from kraft_replay.ingest.sources import discover
+
+from chain_oracle import first_batch_at_or_after  # tests/ingest is on sys.path (pytest prepend mode)
 
 NAME = "greenlemonT__kafka-temp__kafka1__00000000000000000000.log"
 NOOP = bytes.fromhex("01140000")

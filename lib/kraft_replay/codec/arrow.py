@@ -14,10 +14,12 @@ byte range of one) into four ``pyarrow.RecordBatch``es. Rules it applies:
   its raw bytes; nothing is dropped. Data records must have a null key, no headers and a value
   (facts §1.7), otherwise they are quarantined as ``BAD_RECORD_FRAMING``.
 
-Identical record values decode to identical rows, so decoded values are memoised per call (KRaft
-logs are mostly identical NoOp records) and, for values that decode cleanly, across calls in a
-bounded cache. Runs of one-record batches are classified and turned into rows with numpy (the bulk
-path of :func:`decode_to_arrow`); it gives exactly the rows of the per-batch decoder.
+Speed: runs of framed batches are classified with numpy and their records framed in lockstep (the
+bulk path of :func:`decode_to_arrow`); their record values are decoded column-wise by
+:mod:`kraft_replay.codec.columnar` where it handles the type and version, and ``payload_json`` is
+rendered per payload column (:mod:`kraft_replay.codec.arrow_json`). Everything else is decoded row by
+row, with decoded values memoised per call and, for values that decode cleanly, across calls in a
+bounded cache. Every path gives exactly the rows of the general decoder (tests compare them).
 """
 
 from __future__ import annotations
@@ -625,13 +627,14 @@ def decode_to_arrow(
     CRC included):
 
     * bulk: the batch chain is walked first (only each batch's length); a run of framed batches
-      (at least ``_BULK_MIN_RUN`` batches of >= 61 bytes, each inside ``buf``) has its header fields
-      gathered with numpy at once. A batch of the run becomes a row without any per-batch Python
-      beyond its CRC-32C and one dictionary lookup when it is magic 2, uncompressed, not a control
-      batch, holds exactly one record of KRaft's usual shape with single-byte varints (attributes 0,
-      timestamp delta 0, null key, no headers, the record filling the batch), its CRC verifies and
-      its value decodes cleanly (memoised per call: KRaft logs are mostly identical NoOps). Every
-      other batch of the run goes through the per-batch path; rows are put back in batch order.
+      (at least ``_BULK_MIN_RUN`` batches of >= 61 bytes, each inside ``buf``) has its headers
+      gathered with numpy at once. A batch that is magic 2, uncompressed, not a control batch and
+      whose CRC-32C verifies has its records framed in lockstep (record *k* of every batch at once,
+      :func:`_frame_records`); when all its records have KRaft's usual shape (attributes 0, timestamp
+      delta 0, null key, no headers, the records filling the batch) they become rows. Their values are
+      decoded column-wise (:func:`kraft_replay.codec.columnar.decode_values`) or, where it declines,
+      row by row (memoised); a batch holding a value that does not decode, and every other batch of
+      the run, goes through the per-batch path. Rows are put back in batch order.
     * per-batch: uncompressed data batches of the usual shape are parsed inline;
     * general: everything else, and every malformed range, goes through ``iter_batches``.
 

@@ -17,8 +17,8 @@ Rules:
   range (by induction from byte 0 every task then walked the true chain, so a false positive in a
   payload or a corrupt batch at a range start is always detected) and otherwise re-decodes that
   file from the last verified position with batch-aligned tasks from a chain walk
-  (:func:`plan_chain_tasks`). :func:`first_batch_at_or_after` (the chain walk from byte 0) is kept
-  as the reference semantics.
+  (:func:`plan_chain_tasks`). The tests compare the resynchronisation with a chain walk from byte 0
+  (the sequential semantics).
 * :func:`plan_tasks` (the de-duplicating path) cuts at batch boundaries found on the driver: a
   segment or snapshot larger than the split size is cut at batch boundaries. The boundaries are
   found by walking the batch chain (facts §1.6): read the 17-byte ``baseOffset + batchLength +
@@ -38,7 +38,7 @@ from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.sources import InputFile, _fs, is_uri
 
 __all__ = ["Task", "Walk", "sha256_of", "walk_batches", "plan_tasks", "plan_ranges", "plan_chain_tasks",
-           "first_batch_at_or_after", "find_batch_start", "RangeReader", "first_offset_of", "DEFAULT_SPLIT_BYTES"]
+           "find_batch_start", "RangeReader", "first_offset_of", "DEFAULT_SPLIT_BYTES"]
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 _WINDOW = 1024 * 1024
@@ -283,38 +283,6 @@ def plan_ranges(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) 
                 tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch,
                                   n == 1, f.size))
     return tasks
-
-
-def first_batch_at_or_after(path: str, size: int, target: int) -> int | None:
-    """The first batch boundary at or after ``target`` on the chain from byte 0, or None when the
-    chain ends before ``target`` (the decoder stops there: a tail of 17 bytes or fewer, a batch length
-    below 14, or below 49 with magic 2, or a batch running past the end of the file; facts §1.6). The
-    task whose range holds that end quarantines the rest of the file."""
-    if target <= 0:
-        return 0
-    r = _Reader(path)
-    try:
-        win = b""
-        win_start = 0
-        pos = 0
-        unpack = _HEAD17.unpack_from
-        while pos < target:
-            if size - pos <= 17:
-                return None
-            rel = pos - win_start
-            if rel + 17 > len(win):
-                win_start = pos
-                win = r.read_at(min(_WINDOW, size - pos), pos)
-                rel = 0
-                if len(win) < 17:
-                    return None
-            _base, length, _epoch, magic = unpack(win, rel)
-            if length < 14 or (magic == 2 and length < 49) or 12 + length > size - pos:
-                return None
-            pos += 12 + length
-        return pos
-    finally:
-        r.close()
 
 
 def first_offset_of(path: str, size: int) -> int | None:
