@@ -20,6 +20,7 @@ FULL = [
     ("codec decode (single core)", ["codec_decode.py", "--records", "1000000"]),
     ("lake vs plain Parquet", ["lake.py", "--rows", "10000000"]),
     ("ingest end to end", ["ingest.py", "--records", "10000000", "--driver-memory", "8g"]),
+    ("ingest end to end, the generator's medium scenario", ["ingest.py", "--scenario", "medium", "--driver-memory", "8g"]),
     ("generate large scenario", ["generate.py", "--scenario", "large"]),
 ]
 QUICK = [

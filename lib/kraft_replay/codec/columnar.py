@@ -139,16 +139,23 @@ class Reader:
         return vals, p + size, p + size <= lim
 
     def uvarint(self, p: np.ndarray, lim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Unsigned varints of at most four bytes (longer ones: not ok)."""
-        g = self.gather(p, 4).astype(np.int64)
-        m0 = g[:, 0] >= 128
-        m1 = m0 & (g[:, 1] >= 128)
-        m2 = m1 & (g[:, 2] >= 128)
-        m3 = m2 & (g[:, 3] >= 128)
+        """Unsigned varints of at most four bytes (longer ones: not ok). Most are one byte: only the
+        others read further."""
+        val = self.arr.take(p, mode="clip").astype(np.int64)
+        long_ = np.flatnonzero(val >= 128)
+        np_ = p + 1
+        if not len(long_):
+            return val, np_, np_ <= lim
+        ok = np.ones(len(p), dtype=bool)
+        g = self.gather(p[long_] + 1, 3).astype(np.int64)
+        m1 = g[:, 0] >= 128
+        m2 = m1 & (g[:, 1] >= 128)
+        m3 = m2 & (g[:, 2] >= 128)
         g &= 0x7F
-        val = g[:, 0] + ((g[:, 1] << 7) * m0) + ((g[:, 2] << 14) * m1) + ((g[:, 3] << 21) * m2)
-        np_ = p + 1 + m0 + m1 + m2
-        return val, np_, ~m3 & (np_ <= lim)
+        val[long_] = (val[long_] & 0x7F) + (g[:, 0] << 7) + ((g[:, 1] << 14) * m1) + ((g[:, 2] << 21) * m2)
+        np_[long_] += 1 + m1 + m2
+        ok[long_] = ~m3
+        return val, np_, ok & (np_ <= lim)
 
     def uuid(self, p: np.ndarray, lim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.gather(p, 16), p + 16, p + 16 <= lim
