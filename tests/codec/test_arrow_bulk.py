@@ -78,9 +78,11 @@ MIXED, BAD_LENGTH_AT = _mixed()
 
 def _decode(monkeypatch: pytest.MonkeyPatch, mode: str, buf: bytes, **kw: object) -> arrow.DecodedChunk:
     """``general``: every batch through ``iter_batches``, every value decoded afresh (empty cross-call
-    cache); ``per-batch``: the inline parser; ``bulk``: the default (with whatever the cache holds)."""
-    monkeypatch.setattr(arrow, "_BULK", mode == "bulk")
+    cache); ``per-batch``: the inline parser; ``bulk``: the default (with whatever the cache holds);
+    ``row-wise``: the bulk path with every value decoded row by row (no ``codec.columnar``)."""
+    monkeypatch.setattr(arrow, "_BULK", mode in ("bulk", "row-wise"))
     monkeypatch.setattr(arrow, "_INLINE", mode != "general")
+    monkeypatch.setattr(arrow, "_COLUMNAR", mode == "bulk")
     if mode == "general":
         monkeypatch.setattr(arrow, "_VALUE_CACHE", {})
     kw.setdefault("file_kind", "segment")

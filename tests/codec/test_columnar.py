@@ -9,7 +9,6 @@ multi-record batches + column-wise values) against the general decoder, and on e
 from __future__ import annotations
 
 import random
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +26,10 @@ from kraft_replay.codec.jsonfmt import to_dump_json
 from kraft_replay.codec.records import MetadataRecord, RecordDecodeError, decode_record_value, encode_record_value
 from kraft_replay.codec.schema import RECORD_TYPES
 
-from test_records_roundtrip import RECORD_VERSIONS, message_strategy  # tests/codec is on sys.path (pytest prepend mode)
+# tests/codec is on sys.path (pytest prepend mode)
+from test_arrow_bulk import _assert_same, _decode
+from test_records_roundtrip import RECORD_VERSIONS, message_strategy
 
-AT = datetime(2024, 1, 1, tzinfo=timezone.utc)
 SUPPORTED = [(k, v) for k, v in RECORD_VERSIONS if columnar.supports(k, v)]
 
 
@@ -167,23 +167,6 @@ def test_known_tricky_values() -> None:
 # the bulk path with column-wise values, against the general decoder
 # ---------------------------------------------------------------------------------------------
 
-def _decode(monkeypatch: pytest.MonkeyPatch, mode: str, buf: bytes, **kw: object) -> arrow.DecodedChunk:
-    monkeypatch.setattr(arrow, "_BULK", mode != "general")
-    monkeypatch.setattr(arrow, "_INLINE", mode != "general")
-    monkeypatch.setattr(arrow, "_COLUMNAR", mode == "columnar")
-    monkeypatch.setattr(arrow, "_VALUE_CACHE", {})
-    kw.setdefault("file_kind", "segment")
-    return arrow.decode_to_arrow(buf, cluster_id="c", source_file="f", ingested_at=AT, **kw)  # type: ignore[arg-type]
-
-
-def _assert_same(a: arrow.DecodedChunk, b: arrow.DecodedChunk) -> None:
-    for name in ("log", "control", "snapshot", "quarantine"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.num_rows == y.num_rows, name
-        assert x.equals(y), f"{name} differs"
-    assert a.stats == b.stats and a.consumed == b.consumed
-
-
 def _multi_record_buffer(seed: int) -> bytes:
     """Batches of 1 to 300 records (offset deltas past 63: two-byte varints), values of every length
     class (1-, 2- and 3-byte length varints), a type the column-wise decoder leaves to the row-wise
@@ -224,12 +207,12 @@ def test_bulk_columnar_equals_general(monkeypatch: pytest.MonkeyPatch, seed: int
         return out
 
     monkeypatch.setattr(arrow, "decode_values", counting)
-    got = _decode(monkeypatch, "columnar", buf)
+    got = _decode(monkeypatch, "bulk", buf)
     _assert_same(got, general)
     assert calls["decode"] > 0.9 * general.stats.data_records   # the column-wise path did the work
     _assert_same(_decode(monkeypatch, "row-wise", buf), general)
     for cut in random.Random(seed).sample(range(len(buf)), 6):
-        _assert_same(_decode(monkeypatch, "columnar", buf[:cut], at_eof=False),
+        _assert_same(_decode(monkeypatch, "bulk", buf[:cut], at_eof=False),
                      _decode(monkeypatch, "general", buf[:cut], at_eof=False))
 
 
@@ -248,7 +231,7 @@ def test_real_files_columnar_equals_general(monkeypatch: pytest.MonkeyPatch, rea
         if kind is FileKind.SNAPSHOT:
             kw.update(snapshot_end_offset=1, snapshot_epoch=1)
         buf = path.read_bytes()
-        got = _decode(monkeypatch, "columnar", buf, **kw)
+        got = _decode(monkeypatch, "bulk", buf, **kw)
         _assert_same(got, _decode(monkeypatch, "general", buf, **kw))
         accepted += got.stats.data_records
     assert accepted > 1000
