@@ -531,9 +531,9 @@ _COLUMNAR = True  # values of the bulk path decoded column-wise (codec.columnar)
 # The batch header (facts §1.1) as the bulk path reads it: bytes 0..60 of each batch.
 _HEADER_BYTES = np.arange(HEADER_SIZE, dtype=np.int64)
 _HEADER_DTYPE = np.dtype({
-    "names": ["base", "blen", "epoch", "magic", "crc", "attr", "ldelta", "maxts", "count"],
-    "formats": [">i8", ">i4", ">i4", "u1", ">u4", ">i2", ">i4", ">i8", ">i4"],
-    "offsets": [0, 8, 12, 16, 17, 21, 23, 35, 57],
+    "names": ["base", "epoch", "magic", "crc", "attr", "ldelta", "maxts", "count"],
+    "formats": [">i8", ">i4", "u1", ">u4", ">i2", ">i4", ">i8", ">i4"],
+    "offsets": [0, 12, 16, 17, 21, 23, 35, 57],
     "itemsize": HEADER_SIZE,
 })
 # smallest record of the usual shape: length, attributes, timestampDelta, offsetDelta, keyLength,

@@ -84,9 +84,8 @@ def _value_text(f: FieldSpec, col: pa.Array) -> pa.Array:
 
 
 def _differs(dv: object, col: pa.Array, absent_is_default: bool) -> pa.Array:
-    """Rows whose value is not the field's default (the condition for printing a tagged field)."""
-    if dv is None:
-        return pc.is_valid(col)
+    """Rows whose value is not the field's non-null default (the condition for printing a tagged field;
+    a tagged field whose default is null is printed where it is not null, see :func:`_struct_text`)."""
     if isinstance(dv, list):
         return pc.fill_null(pc.greater(pc.list_value_length(col), 0), not absent_is_default)
     return pc.fill_null(pc.not_equal(col, pa.scalar(dv, col.type)), True)

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from kraft_replay.codec.arrow_json import supports as _json_supports
 from kraft_replay.codec.arrow_payload import PAYLOAD_COLUMN_BY_API_KEY, PAYLOAD_STRUCT_TYPES
+from kraft_replay.codec.records import uuid_to_bytes
 from kraft_replay.codec.schema import FIXED_SIZES, RECORD_TYPES, FieldSpec
 
 __all__ = ["ColumnarGroup", "ColumnarValues", "Reader", "decode_values", "supports"]
@@ -196,8 +197,6 @@ def _default_col(f: FieldSpec, version: int, n: int) -> _Col:
         return _Col("uuidlist" if (f.is_array and t == "uuid") else ("list" if f.is_array else "str"),
                     start=z, count=z.copy(), valid=np.full(n, dv is not None))
     if t == "uuid":
-        from kraft_replay.codec.records import uuid_to_bytes
-
         raw = np.frombuffer(uuid_to_bytes(dv), dtype=np.uint8)
         return _Col("uuid", values=np.tile(raw, (n, 1)))
     dt = np.dtype(_FIXED[t][0]).newbyteorder("=") if t != "bool" else np.dtype(bool)
