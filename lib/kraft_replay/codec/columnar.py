@@ -162,6 +162,14 @@ class Reader:
         return self.gather(p, 16), p + 16, p + 16 <= lim
 
 
+def _kind(f: FieldSpec) -> str:
+    """How :class:`_Col` holds the field: fixed, uuid, str, list or uuidlist."""
+    t = f.element_type
+    if f.is_array:
+        return "uuidlist" if t == "uuid" else "list"
+    return "str" if t == "string" else ("uuid" if t == "uuid" else "fixed")
+
+
 def _read_field(r: Reader, f: FieldSpec, version: int, p: np.ndarray, lim: np.ndarray) -> tuple[_Col, np.ndarray, np.ndarray]:
     """Read field ``f`` for every item: (column, new positions, ok)."""
     t = f.element_type
@@ -182,7 +190,7 @@ def _read_field(r: Reader, f: FieldSpec, version: int, p: np.ndarray, lim: np.nd
         size = 16 if t == "uuid" else FIXED_SIZES[t]
         end = p2 + cnt * size
         ok &= end <= lim
-        return _Col("uuidlist" if t == "uuid" else "list", start=p2, count=cnt, valid=valid), end, ok
+        return _Col(_kind(f), start=p2, count=cnt, valid=valid), end, ok
     end = p2 + cnt
     ok &= (end <= lim) & (n <= _MAX_STRING)
     return _Col("str", start=p2, count=cnt, valid=valid), end, ok
@@ -194,8 +202,7 @@ def _default_col(f: FieldSpec, version: int, n: int) -> _Col:
     t = f.element_type
     if f.is_array or t == "string":
         z = np.zeros(n, dtype=np.int64)
-        return _Col("uuidlist" if (f.is_array and t == "uuid") else ("list" if f.is_array else "str"),
-                    start=z, count=z.copy(), valid=np.full(n, dv is not None))
+        return _Col(_kind(f), start=z, count=z.copy(), valid=np.full(n, dv is not None))
     if t == "uuid":
         raw = np.frombuffer(uuid_to_bytes(dv), dtype=np.uint8)
         return _Col("uuid", values=np.tile(raw, (n, 1)))
