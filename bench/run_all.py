@@ -22,12 +22,14 @@ FULL = [
     ("ingest end to end", ["ingest.py", "--records", "10000000", "--driver-memory", "8g"]),
     ("ingest end to end, the generator's medium scenario", ["ingest.py", "--scenario", "medium", "--driver-memory", "8g"]),
     ("generate large scenario", ["generate.py", "--scenario", "large"]),
+    ("fuzz campaign, 1M hostile inputs (2 workers)", ["fuzz.py", "--inputs", "1000000", "--workers", "2"]),
 ]
 QUICK = [
     ("codec decode (single core)", ["codec_decode.py", "--records", "100000"]),
     ("lake vs plain Parquet", ["lake.py", "--rows", "500000", "--repeat", "1"]),
     ("ingest end to end", ["ingest.py", "--records", "300000"]),
     ("generate tiny scenario", ["generate.py", "--scenario", "tiny"]),
+    ("fuzz campaign, 20k hostile inputs", ["fuzz.py", "--quick"]),
 ]
 
 

@@ -114,3 +114,28 @@ def test_lake_errors_are_one_line_with_exit_2(spark, tmp_path, capsys):
 
     code, _, err = _main(capsys, "--lake", str(tmp_path / "l"), "--backend", "delta-spark", "tables")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "io.delta.tables.DeltaTable" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--lake", "L", "--profile", "test", "--backend", "deltars", "tables"],
+    ["tables", "--lake", "L", "--profile", "test", "--backend", "deltars"],
+    ["--lake", "other", "tables", "--lake", "L", "--profile", "test", "--backend", "deltars"],
+    ["--profile", "test", "ingest", "x.log", "--lake", "L", "--backend", "deltars"],
+    ["--backend", "deltars", "demo", "--lake", "L", "--profile", "test"],
+])
+def test_global_options_before_or_after_the_subcommand(argv):
+    from kraft_replay.serve.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert (args.lake, args.profile, args.backend) == ("L", "test", "deltars")
+
+
+def test_global_option_defaults_and_version(capsys):
+    from kraft_replay.serve.cli import build_parser
+
+    args = build_parser().parse_args(["tables"])
+    assert (args.lake, args.profile, args.backend) == (None, "local", None)
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--version"])
+    assert exit_info.value.code == 0
+    assert re.fullmatch(r"kraft-replay \S+\n", capsys.readouterr().out)

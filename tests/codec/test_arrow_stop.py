@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kraft_replay.codec.arrow import decode_to_arrow
 from kraft_replay.codec.batch import scan_batch_headers
+from kraft_replay.ingest.bronze import decode_to_arrow
 
 NAME = "rjmfernandes__flink-on-prem__00000000000000000000.log"
 AT = datetime(2024, 1, 2, tzinfo=timezone.utc)

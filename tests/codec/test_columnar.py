@@ -2,14 +2,13 @@
 
 For every value it accepts, the payload row and ``payload_json`` equal the row-wise decoder's; every
 value the row-wise decoder rejects, or decodes with unknown tagged fields, it leaves alone; every clean
-value of a type/version it supports, it accepts. Then the whole bulk path (lockstep framing of
-multi-record batches + column-wise values) against the general decoder, and on every real file.
+value of a type/version it supports, it accepts. (The whole decoder with and without it:
+tests/codec/test_decode_paths.py.)
 """
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,17 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kraft_replay.codec import arrow, columnar
+from kraft_replay.codec import columnar
 from kraft_replay.codec.arrow_json import record_json_arrow
 from kraft_replay.codec.arrow_payload import PAYLOAD_COLUMN_BY_API_KEY, PAYLOAD_STRUCT_TYPES
-from kraft_replay.codec.batch import build_batch
-from kraft_replay.codec.files import FileKind, classify
 from kraft_replay.codec.jsonfmt import to_dump_json
 from kraft_replay.codec.records import MetadataRecord, RecordDecodeError, decode_record_value, encode_record_value
 from kraft_replay.codec.schema import RECORD_TYPES
 
 # tests/codec is on sys.path (pytest prepend mode)
-from test_arrow_bulk import _assert_same, _decode
 from test_records_roundtrip import RECORD_VERSIONS, message_strategy
 
 SUPPORTED = [(k, v) for k, v in RECORD_VERSIONS if columnar.supports(k, v)]
@@ -161,77 +157,3 @@ def test_known_tricky_values() -> None:
                  "two-byte api key frame"):
         assert not ok[name], name
     assert accepted == 3
-
-
-# ---------------------------------------------------------------------------------------------
-# the bulk path with column-wise values, against the general decoder
-# ---------------------------------------------------------------------------------------------
-
-def _multi_record_buffer(seed: int) -> bytes:
-    """Batches of 1 to 300 records (offset deltas past 63: two-byte varints), values of every length
-    class (1-, 2- and 3-byte length varints), a type the column-wise decoder leaves to the row-wise
-    one, and a batch with a bad value in its middle."""
-    rng = random.Random(seed)
-    tid = "AAAAAAAAAAEAAAAAAAAAAg"
-    pool = [bytes.fromhex("01140000")]
-    for i in range(40):
-        pool.append(encode_record_value(MetadataRecord(5, i % 3, {"partition_id": i, "topic_id": tid,
-                                                                 "isr": list(range(i % 5)), "leader": i % 4})))
-    pool.append(encode_record_value(MetadataRecord(4, 0, {"resource_type": 2, "resource_name": "t" * 200,
-                                                          "name": "retention.ms", "value": "x" * 9000})))
-    pool.append(encode_record_value(MetadataRecord(4, 0, {"resource_type": 2, "resource_name": "big",
-                                                          "name": "v", "value": "y" * 20000})))
-    pool.append(encode_record_value(MetadataRecord(0, 3, {"broker_id": 1, "incarnation_id": tid})))  # row-wise type
-    parts, off = [], 0
-    for k in range(220):
-        n = rng.choice([1, 2, 3, 7, 20, 70, 300]) if k % 11 else 1
-        vals = [rng.choice(pool) for _ in range(n)]
-        if k == 50:
-            vals[n // 2] = bytes.fromhex("01ff0000")       # unknown type: the batch goes the per-batch way
-        parts.append(build_batch(vals, base_offset=off, leader_epoch=k % 3, timestamp_ms=1_700_000_000_000 + k))
-        off += n
-    return b"".join(parts)
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_bulk_columnar_equals_general(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    buf = _multi_record_buffer(seed)
-    general = _decode(monkeypatch, "general", buf)
-    assert general.stats.data_records > 5000 and general.quarantine.num_rows == 1
-    calls = {"decode": 0}
-    real = columnar.decode_values
-
-    def counting(*a, **k):  # type: ignore[no-untyped-def]
-        out = real(*a, **k)
-        calls["decode"] += int(out.ok.sum())
-        return out
-
-    monkeypatch.setattr(arrow, "decode_values", counting)
-    got = _decode(monkeypatch, "bulk", buf)
-    _assert_same(got, general)
-    assert calls["decode"] > 0.9 * general.stats.data_records   # the column-wise path did the work
-    _assert_same(_decode(monkeypatch, "row-wise", buf), general)
-    for cut in random.Random(seed).sample(range(len(buf)), 6):
-        _assert_same(_decode(monkeypatch, "bulk", buf[:cut], at_eof=False),
-                     _decode(monkeypatch, "general", buf[:cut], at_eof=False))
-
-
-def _real_binary_files(real_kraft_dir: Path) -> list[Path]:
-    return sorted(p for p in real_kraft_dir.iterdir()
-                  if classify(p.name).kind in (FileKind.SEGMENT, FileKind.SNAPSHOT, FileKind.BOOTSTRAP))
-
-
-def test_real_files_columnar_equals_general(monkeypatch: pytest.MonkeyPatch, real_kraft_dir: Path) -> None:
-    files = _real_binary_files(real_kraft_dir)
-    assert len(files) == 15
-    accepted = 0
-    for path in files:
-        kind = classify(path.name).kind
-        kw: dict = {"file_kind": kind.value}
-        if kind is FileKind.SNAPSHOT:
-            kw.update(snapshot_end_offset=1, snapshot_epoch=1)
-        buf = path.read_bytes()
-        got = _decode(monkeypatch, "bulk", buf, **kw)
-        _assert_same(got, _decode(monkeypatch, "general", buf, **kw))
-        accepted += got.stats.data_records
-    assert accepted > 1000

@@ -11,9 +11,9 @@ import lz4.frame
 import pytest
 import zstandard
 
-from kraft_replay.codec.arrow import decode_to_arrow
 from kraft_replay.codec.batch import RecordBatch, build_batch, encode_batch, iter_batches
 from kraft_replay.codec.compression import DEFAULT_LIMIT, XERIAL_MAGIC, Compression, DecompressionError, compress, decompress
+from kraft_replay.ingest.bronze import decode_to_arrow
 
 NOOP = bytes.fromhex("01140000")
 DATA = b"".join(bytes([i % 251]) * (i % 97) for i in range(3000))

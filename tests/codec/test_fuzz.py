@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kraft_replay.codec.arrow import REASON_CODES, decode_to_arrow
 from kraft_replay.codec.batch import Corruption, RecordBatch, build_batch, iter_batches
 from kraft_replay.codec.compression import Compression
 from kraft_replay.codec.control import ControlRecord, encode_control_record
+from kraft_replay.codec.errors import REASON_CODES
 from kraft_replay.codec.records import MetadataRecord, encode_record_value
+from kraft_replay.ingest.bronze import decode_to_arrow
 
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kraft_replay.codec.arrow import decode_to_arrow
 from kraft_replay.codec.batch import Corruption, RecordBatch, encode_batch, iter_batches, scan_batch_headers
 from kraft_replay.codec.control import decode_control_record
 from kraft_replay.codec.files import FileKind, classify
 from kraft_replay.codec.records import decode_record_value
 from kraft_replay.codec.schema import RECORD_TYPES
+from kraft_replay.ingest.bronze import decode_to_arrow
 
 # README short names ("PartitionChange", "ZkMigration") -> record type names
 _SHORT = {rt.name.removesuffix("Record"): rt.name for rt in RECORD_TYPES.values()}

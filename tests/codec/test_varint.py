@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from kraft_replay.codec.varint import (
     VarintError,
     read_uvarint,
+    read_uvarint_array,
     read_uvarlong,
     read_varint,
     read_varlong,
@@ -121,3 +123,25 @@ def test_random_bytes_never_raise_other_errors(data: bytes) -> None:
         except VarintError:
             continue
         assert 0 < pos <= len(data)
+
+
+@settings(deadline=None)
+@given(st.binary(max_size=40), st.lists(st.tuples(st.integers(0, 45), st.integers(0, 45)), min_size=1, max_size=20))
+def test_the_array_reader_agrees_with_the_scalar_reader(data: bytes, spans: list[tuple[int, int]]) -> None:
+    """``read_uvarint_array`` reads what ``read_uvarint`` reads, where it reads at most four bytes
+    ending before the limit; anything else it reports as not ok (never a wrong value marked ok)."""
+    if not data:
+        return
+    arr = np.frombuffer(data, dtype=np.uint8)
+    p = np.array([a for a, _ in spans], dtype=np.int64)
+    lim = np.array([min(b, len(data)) for _, b in spans], dtype=np.int64)
+    vals, ends, ok = read_uvarint_array(arr, p, lim)
+    for i, (a, _) in enumerate(spans):
+        try:
+            v, end = read_uvarint(data[: lim[i]], a)
+        except VarintError:
+            v = end = None
+        if ok[i]:
+            assert (v, end) == (int(vals[i]), int(ends[i]))
+        elif v is not None:
+            assert end - a > 4 or end > lim[i]

@@ -9,9 +9,9 @@ import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from generate_replay_checker import Violation, check_log
-from kraft_replay.codec.arrow import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA
 from kraft_replay.codec.arrow_payload import records_from_payload_columns
 from kraft_replay.codec.jsonfmt import to_dump_json
+from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA
 
 
 def _rows(gen, name, where=None):

@@ -97,7 +97,7 @@ def test_cli_reports_a_bad_scenario_in_one_line(tmp_path: Path, capsys) -> None:
 def test_kafka_41_feature_ranges_match_a_real_41_registration(real_kraft_dir):
     """Ground truth no one here wrote: a real Kafka 4.1 node's RegisterBrokerRecord / RegisterControllerRecord
     advertise exactly the ranges the generator gives 4.1 software."""
-    from kraft_replay.codec.arrow import decode_to_arrow
+    from kraft_replay.ingest.bronze import decode_to_arrow
     from kraft_replay.generate import mv
 
     seen = {}

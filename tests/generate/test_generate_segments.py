@@ -56,7 +56,8 @@ def test_decoding_the_files_gives_the_same_rows(spark, tiny_generated) -> None:
     """The same round trip through the codec's columnar decoder alone (no lake, no ingest job)."""
     import pyarrow as pa
 
-    from kraft_replay.codec.arrow import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA, decode_to_arrow
+    from kraft_replay.ingest.bronze import decode_to_arrow
+    from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA
 
     root = tiny_generated.segments_dir
     parts: dict[str, list[pa.RecordBatch]] = {"log": [], "control": [], "snapshot": [], "quarantine": []}

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kraft_replay.codec.arrow import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA, decode_to_arrow
 from kraft_replay.codec.batch import Record, RecordBatch, build_batch, encode_batch
 from kraft_replay.codec.control import CONTROL_TYPE_IDS, ControlRecord, encode_control_record
 from kraft_replay.codec.files import classify, segment_name, snapshot_name
 from kraft_replay.codec.jsonfmt import from_dump_json, to_dump_json
 from kraft_replay.codec.records import MetadataRecord, encode_record_value
 from kraft_replay.codec.schema import RECORD_TYPES_BY_TOOL_NAME
+from kraft_replay.ingest.bronze import decode_to_arrow
 from kraft_replay.ingest.dumptext import (
     BadLine,
     RecordLine,
@@ -34,6 +34,7 @@ from kraft_replay.ingest.dumptext import (
     render_dump_text,
     tokenize_line,
 )
+from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples" / "dumplog"

@@ -8,9 +8,9 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from kraft_replay.codec.arrow import decode_to_arrow
 from kraft_replay.codec.batch import scan_batch_headers
 from kraft_replay.ingest import run_ingest
+from kraft_replay.ingest.bronze import decode_to_arrow
 from kraft_replay.ingest.plan import plan_ranges
 from kraft_replay.ingest.sources import discover
 
@@ -112,3 +112,24 @@ def test_same_size_files_are_checksummed_before_decoding(spark, lake, tmp_path: 
     assert s.files[0].file.path.startswith(str(tmp_path / "c")) and s.quarantined == 1  # its last batch fails the CRC
     assert s.rows["metadata_log"] == 0 and lake.read("metadata_log").count() == ROWS
     assert lake.read("ingest_files").count() == 2
+
+
+def test_a_lake_whose_quarantine_table_predates_the_records_column_gets_a_one_line_error(
+        spark, lake, tmp_path: Path, real_kraft_dir: Path) -> None:
+    """A lake made before ``ingest_quarantine.records``: ingest refuses it with one line naming the
+    table, the column and the fix, and commits nothing."""
+    import pytest
+
+    from kraft_replay.ingest import IngestError
+    from kraft_replay.ingest.schemas import QUARANTINE_SCHEMA
+    from kraft_replay.ingest.tables import spark_schema
+
+    old = QUARANTINE_SCHEMA.remove(QUARANTINE_SCHEMA.get_field_index("records"))
+    lake.create_table("ingest_quarantine", spark_schema(old), partition_by=["cluster_id"])
+    p = tmp_path / "00000000000000000000.log"
+    p.write_bytes(_segment(real_kraft_dir))
+    with pytest.raises(IngestError) as err:
+        run_ingest(spark, lake, [str(p)], cluster_id="c")
+    msg = str(err.value)
+    assert "\n" not in msg and "ingest_quarantine" in msg and "records bigint" in msg and "ADD COLUMNS" in msg
+    assert not lake.exists("metadata_log") or lake.read("metadata_log").count() == 0

@@ -13,10 +13,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kraft_replay.codec.arrow import decode_to_arrow
 from kraft_replay.codec.batch import build_batch, scan_batch_headers
 from kraft_replay.codec.records import MetadataRecord, encode_record_value
 from kraft_replay.ingest import run_ingest
+from kraft_replay.ingest.bronze import decode_to_arrow
 from kraft_replay.ingest.pipeline import _Progress, _read_stats, decode_tasks
 from kraft_replay.ingest.plan import RangeReader, find_batch_start, plan_ranges
 from kraft_replay.ingest.sources import discover
@@ -114,6 +114,56 @@ def test_a_task_reads_only_its_own_range(tmp_path: Path, real_kraft_dir: Path) -
         assert st["read_bytes"] < t.start or t.start < 1024 * 1024
 
 
+@pytest.mark.parametrize("kind", ["segment", "snapshot"])
+def test_a_task_bounds_what_compressed_batches_expand_to(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         kind: str) -> None:
+    """Compressed batches holding many more records than bytes: the task decodes them in pieces with a
+    row budget and writes its side rows out as they come; the rows and statistics are those of one
+    whole decode (budget and flush size made small here to see them work)."""
+    import pyarrow.parquet as pq
+
+    from kraft_replay.ingest import pipeline
+
+    from kraft_replay.ingest import bronze
+
+    monkeypatch.setattr(pipeline, "_ROW_BUDGET", 2500)
+    monkeypatch.setattr(pipeline, "_SIDE_FLUSH_ROWS", 3000)
+    calls = []
+    real = bronze.decode_to_arrow
+
+    def counting(*a, **k):  # type: ignore[no-untyped-def]
+        c = real(*a, **k)
+        calls.append(c.stats.records)
+        return c
+
+    monkeypatch.setattr(bronze, "decode_to_arrow", counting)
+    noop = bytes.fromhex("01140000")
+    data = b"".join(build_batch([noop] * 2000, base_offset=2000 * i, leader_epoch=1, timestamp_ms=5, compression=1)
+                    for i in range(10)) + b"\x00" * 7
+    name = "00000000000000000000.log" if kind == "segment" else "00000000000000020000-0000000001.checkpoint"
+    p = tmp_path / name
+    p.write_bytes(data)
+    row = {"task_id": 3, "path": str(p), "source_file": name, "file_kind": kind, "cluster_id": "c", "start": 0,
+           "end": len(data), "snapshot_end_offset": None if kind == "segment" else 20000,
+           "snapshot_epoch": None if kind == "segment" else 1, "aligned": False, "file_size": len(data)}
+    staging = str(tmp_path / "staging")
+    log_rows = sum(b.num_rows for b in decode_tasks([row], datetime.now(timezone.utc), staging))
+    (st,) = _read_stats(staging)
+    whole = decode_to_arrow(data, cluster_id="c", source_file=name, file_kind=kind, snapshot_end_offset=20000,
+                            snapshot_epoch=1)
+    assert (st["records"], st["batches"], st["quarantined"], st["q_bytes"]) == (20_000, 10, 1, 7)
+    assert (st["first_pos"], st["end_pos"]) == (0, len(data))
+    assert len(calls) == 5 and max(calls) == 4000   # two batches a call: the second one reaches the budget
+    if kind == "segment":
+        assert log_rows == whole.log.num_rows == 20_000
+    else:
+        side = pq.read_table(tmp_path / "staging" / "snapshot_records" / "task-000003.parquet")
+        assert log_rows == 0 and side.num_rows == 20_000
+        assert side.column("position_in_snapshot").to_pylist() == whole.snapshot.column("position_in_snapshot").to_pylist()
+    q = pq.read_table(tmp_path / "staging" / "ingest_quarantine" / "task-000003.parquet").to_pylist()
+    assert [(r["reason_code"], r["records"]) for r in q] == [("TRUNCATED_BATCH", None)]
+
+
 def test_corrupt_batches_and_batch_like_payloads_give_the_sequential_rows(spark, lake, tmp_path: Path,
                                                                            real_kraft_dir: Path) -> None:
     real = bytearray((real_kraft_dir / NAME).read_bytes())
@@ -193,7 +243,7 @@ def test_progress_line_shows_records_per_second(spark, tmp_path: Path, real_kraf
     tasks = plan_ranges(files, 512 * 1024)
     from kraft_replay.ingest.pipeline import _mapper, _tasks_df
     from kraft_replay.ingest.tables import spark_schema
-    from kraft_replay.codec.arrow import LOG_SCHEMA
+    from kraft_replay.ingest.schemas import LOG_SCHEMA
 
     acc = spark.sparkContext.accumulator(0)
     n = _tasks_df(spark, tasks).mapInArrow(_mapper(datetime.now(timezone.utc), str(tmp_path / "st"), True, acc),

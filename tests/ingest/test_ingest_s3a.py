@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyarrow import fs as pafs
 
-from kraft_replay.codec.arrow import decode_to_arrow
+from kraft_replay.ingest.bronze import decode_to_arrow
 from kraft_replay.ingest.pipeline import _read_stats, decode_tasks
 from kraft_replay.ingest.plan import plan_ranges, sha256_of
 from kraft_replay.ingest import sources

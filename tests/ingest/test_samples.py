@@ -7,8 +7,8 @@ import importlib.util
 from collections import Counter
 from pathlib import Path
 
-from kraft_replay.codec.arrow import decode_to_arrow
 from kraft_replay.codec.files import FileKind, classify
+from kraft_replay.ingest.bronze import decode_to_arrow
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples" / "node1"

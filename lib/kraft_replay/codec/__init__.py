@@ -49,3 +49,15 @@ from kraft_replay.codec.arrow_payload import PayloadError as PayloadError
 from kraft_replay.codec.arrow_payload import build_payload_columns as build_payload_columns
 from kraft_replay.codec.arrow_payload import build_struct_array as build_struct_array
 from kraft_replay.codec.arrow_payload import records_from_payload_columns as records_from_payload_columns
+from kraft_replay.codec.arrow_payload import build_control_columns as build_control_columns
+
+# errors: quarantine reason codes
+from kraft_replay.codec.errors import REASON_CODES as REASON_CODES
+
+# decode: bytes of a file -> data records, control records and quarantined ranges as Arrow
+from kraft_replay.codec.decode import CONTROL_RECORDS_SCHEMA as CONTROL_RECORDS_SCHEMA
+from kraft_replay.codec.decode import DATA_SCHEMA as DATA_SCHEMA
+from kraft_replay.codec.decode import QUARANTINE_RANGES_SCHEMA as QUARANTINE_RANGES_SCHEMA
+from kraft_replay.codec.decode import ChunkStats as ChunkStats
+from kraft_replay.codec.decode import DecodedRecords as DecodedRecords
+from kraft_replay.codec.decode import decode_records as decode_records

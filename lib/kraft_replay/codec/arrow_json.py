@@ -39,12 +39,18 @@ def _field_ok(f: FieldSpec) -> bool:
     return (f.element_type if f.is_array else f.type) in _SCALARS
 
 
+_SUPPORTS: dict[tuple[int, int], bool] = {}
+
+
 def supports(api_key: int, version: int) -> bool:
     """Whether :func:`record_json_arrow` renders this record type and version."""
-    rt = RECORD_TYPES.get(api_key)
-    if rt is None or not rt.schema.is_valid_version(version):
-        return False
-    return all(_field_ok(f) for f in rt.schema.fields if f.present_in(version))
+    ok = _SUPPORTS.get((api_key, version))
+    if ok is None:
+        rt = RECORD_TYPES.get(api_key)
+        ok = (rt is not None and rt.schema.is_valid_version(version)
+              and all(_field_ok(f) for f in rt.schema.fields if f.present_in(version)))
+        _SUPPORTS[(api_key, version)] = ok
+    return ok
 
 
 def _quoted(strings: pa.Array, escape: bool) -> pa.Array:

@@ -35,8 +35,10 @@ __all__ = [
     "PAYLOAD_STRUCT_TYPES",
     "PayloadError",
     "arrow_type",
+    "build_control_columns",
     "build_payload_columns",
     "build_struct_array",
+    "null_columns",
     "records_from_payload_columns",
     "struct_type",
     "struct_rows_to_data",
@@ -139,6 +141,27 @@ def _expand(dense: pa.Array, positions: np.ndarray, n: int) -> pa.Array:
     return dense.take(indices)
 
 
+def null_columns(types: Sequence[pa.DataType], n: int) -> list[pa.Array]:
+    """All-null arrays of length ``n``, one per type, every buffer a slice of one shared zeroed buffer
+    (``pa.nulls`` gives each array its own, e.g. ~10 MB a payload struct column per million rows:
+    most rows of a metadata log fill none of the 23 payload columns)."""
+    zero = pa.py_buffer(np.zeros(8 * n + 16, dtype=np.uint8))
+
+    def null(t: pa.DataType) -> pa.Array:
+        if pa.types.is_struct(t):
+            return pa.StructArray.from_buffers(t, n, [zero], null_count=n,
+                                               children=[null(t.field(i).type) for i in range(t.num_fields)])
+        if pa.types.is_list(t):
+            return pa.Array.from_buffers(t, n, [zero, zero], null_count=n, children=[pa.array([], t.value_type)])
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            return pa.Array.from_buffers(t, n, [zero, zero, zero], null_count=n)
+        if pa.types.is_primitive(t):
+            return pa.Array.from_buffers(t, n, [zero, zero], null_count=n)
+        return pa.nulls(n, t)
+
+    return [null(t) for t in types]
+
+
 def build_struct_array(schema: MessageSchema, rows: Sequence[dict[str, Any] | None]) -> pa.Array:
     """Struct column of ``schema`` (see :func:`struct_type`) for message data dicts; None gives a null row."""
     stype = struct_type(schema)
@@ -148,6 +171,19 @@ def build_struct_array(schema: MessageSchema, rows: Sequence[dict[str, Any] | No
         return pa.nulls(n, type=stype)
     dense = _struct_array_dense(stype, [rows[i] for i in pos])  # type: ignore[misc]
     return _expand(dense, pos, n)
+
+
+def build_control_columns(records: Sequence[Any]) -> list[pa.Array]:
+    """Control struct columns aligned with :data:`CONTROL_FIELDS` for control records
+    (:class:`kraft_replay.codec.control.ControlRecord`, one row each): each row fills its type's column."""
+    from kraft_replay.codec.control import CONTROL_TYPES
+
+    out = []
+    for f in CONTROL_FIELDS:
+        ctype = next(t for t in CONTROL_TYPES.values() if t.column == f.name)
+        rows = [r.data if r.type_id == ctype.type_id else None for r in records]
+        out.append(build_struct_array(ctype.schema, rows))
+    return out
 
 
 def build_payload_columns(records: Sequence[MetadataRecord | None]) -> list[pa.Array]:

@@ -13,9 +13,17 @@ Rules implemented here:
   the end (Kafka's log recovery treats that tail as end of data); here the tail is reported as a
   :class:`Corruption` with ``TRUNCATED_BATCH`` so nothing is dropped silently. A batchLength below 14
   is ``CORRUPT_BATCH_LENGTH``.
+* Values that the bronze tables could not hold faithfully are refused, never wrapped:
+  recordsCount negative or above :data:`MAX_BATCH_RECORDS` (``BAD_RECORD_COUNT``; a KRaft batch is at
+  most 8 MiB, §1.7, and a record takes at least 7 bytes, §1.4), a base or last offset outside
+  ``[0, OFFSET_LIMIT)`` (``OFFSET_OUT_OF_RANGE``; the base offset is not covered by the CRC) and a
+  maxTimestamp outside the years 0001-9999 of a Delta timestamp (``TIMESTAMP_OUT_OF_RANGE``).
 
-:func:`iter_batches` yields :class:`RecordBatch` or :class:`Corruption`; :func:`encode_batch` is its
-exact inverse for uncompressed batches (compressed ones re-encode to equivalent, not identical, bytes).
+:func:`frame_batches` is the one batch-framing routine (where the chain of batches goes, from the
+17-byte heads only); :func:`iter_batches`, :func:`scan_batch_headers`, :func:`batch_cuts` and the
+Arrow decoder build on it. :func:`iter_batches` yields :class:`RecordBatch` or :class:`Corruption`;
+:func:`encode_batch` is its exact inverse for uncompressed batches (compressed ones re-encode to
+equivalent, not identical, bytes).
 """
 
 from __future__ import annotations
@@ -36,6 +44,13 @@ __all__ = [
     "HEADER_SIZE",
     "LOG_OVERHEAD",
     "MIN_BATCH_LENGTH",
+    "MAX_BATCH_RECORDS",
+    "OFFSET_LIMIT",
+    "MIN_TIMESTAMP_MS",
+    "MAX_TIMESTAMP_MS",
+    "batch_problem",
+    "frame_batches",
+    "unframed",
     "encode_batch",
     "build_batch",
     "iter_batches",
@@ -43,6 +58,7 @@ __all__ = [
     "batch_cuts",
     "parse_records",
     "encode_records",
+    "decode_batch",
 ]
 
 LOG_OVERHEAD = 12          # baseOffset + batchLength
@@ -55,6 +71,19 @@ KAFKA_MIN_BATCH_LENGTH = 14
 # A declared batch larger than this that runs past the end of the data is called a corrupt length
 # rather than a truncated tail (KRaft writes batches of at most 8 MiB).
 MAX_PLAUSIBLE_BATCH = 64 * 1024 * 1024
+# facts §1.7: KRaft writes batches of at most 8 MiB; a record takes at least 7 bytes (§1.4: length,
+# attributes, timestampDelta, offsetDelta, keyLength, valueLength and headersCount, one byte each). A
+# batch declaring more records than that cannot come from KRaft (and would let a small compressed batch
+# stand for tens of millions of rows).
+MAX_KRAFT_BATCH_BYTES = 8 * 1024 * 1024
+MIN_RECORD_SIZE = 7
+MAX_BATCH_RECORDS = (MAX_KRAFT_BATCH_BYTES - HEADER_SIZE) // MIN_RECORD_SIZE
+# Offsets are non-negative int64; a base offset below this limit cannot overflow int64 when an int32
+# offset delta is added to it.
+OFFSET_LIMIT = (1 << 63) - (1 << 31)
+# A Delta (and Spark) timestamp holds 0001-01-01T00:00:00 .. 9999-12-31T23:59:59.999999 UTC.
+MIN_TIMESTAMP_MS = -62_135_596_800_000
+MAX_TIMESTAMP_MS = 253_402_300_799_999
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
@@ -65,18 +94,20 @@ ATTR_DELETE_HORIZON = 0x40
 _HEAD = struct.Struct(">qiib")                 # offset 0..16
 _REST = struct.Struct(">Ihiqqqhii")            # offset 17..60: crc, attributes .. recordsCount
 _FULL = struct.Struct(">qiibIhiqqqhii")         # the whole 61-byte header
+_LEN_ONLY = struct.Struct(">i")
 
 
 @dataclass(slots=True)
 class Record:
-    """One record of a batch (facts §1.4). ``headers`` are ``(key, value)`` with ``value`` possibly None."""
+    """One record of a batch (facts §1.4). ``headers`` are ``(key, value)`` with ``value`` possibly None
+    (a tuple: records without headers, nearly all, share the empty one)."""
 
     value: bytes | None
     offset_delta: int = 0
     timestamp_delta: int = 0
     key: bytes | None = None
     attributes: int = 0
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    headers: Sequence[tuple[str, bytes | None]] = ()
     # byte position of the record's length varint inside the (uncompressed) records section
     position: int = 0
 
@@ -124,7 +155,8 @@ class RecordBatch:
 
 @dataclass(slots=True)
 class Corruption:
-    """A byte range that could not be decoded: where, how long, why, and the raw bytes."""
+    """A byte range that could not be decoded: where, how long, why, and the raw bytes. ``records`` is
+    the record count a framed v2 batch declares (None when negative, and for other ranges)."""
 
     position: int
     length: int
@@ -132,6 +164,7 @@ class Corruption:
     reason: str
     offset: int | None
     raw: bytes
+    records: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -157,20 +190,6 @@ class _Framing(ValueError):
         self.code = code
 
 
-def _rd_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    return read_varint(buf, pos)
-
-
-def _rd_varlong(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    return read_varlong(buf, pos)
-
-
 def parse_records(data: bytes, count: int) -> list[Record]:
     """Parse ``count`` records from an uncompressed records section (facts §1.4).
 
@@ -186,7 +205,7 @@ def parse_records(data: bytes, count: int) -> list[Record]:
             if pos >= end:
                 raise _Framing("BAD_RECORD_FRAMING", f"records section ends after {n} of {count} records")
             start = pos
-            length, pos = _rd_varint(data, pos)
+            length, pos = read_varint(data, pos)
             if length < 0:
                 raise _Framing("BAD_RECORD_FRAMING", f"record {n}: negative length {length}")
             body_start = pos
@@ -195,9 +214,9 @@ def parse_records(data: bytes, count: int) -> list[Record]:
                 raise _Framing("BAD_RECORD_FRAMING", f"record {n}: length {length} runs past the records section")
             attributes = data[pos]
             pos += 1
-            ts_delta, pos = _rd_varlong(data, pos)
-            off_delta, pos = _rd_varint(data, pos)
-            klen, pos = _rd_varint(data, pos)
+            ts_delta, pos = read_varlong(data, pos)
+            off_delta, pos = read_varint(data, pos)
+            klen, pos = read_varint(data, pos)
             if klen < -1:
                 raise _Framing("BAD_RECORD_FRAMING", f"record {n}: invalid key length {klen}")
             if klen >= 0:
@@ -205,7 +224,7 @@ def parse_records(data: bytes, count: int) -> list[Record]:
                 pos += klen
             else:
                 key = None
-            vlen, pos = _rd_varint(data, pos)
+            vlen, pos = read_varint(data, pos)
             if vlen < -1:
                 raise _Framing("BAD_RECORD_FRAMING", f"record {n}: invalid value length {vlen}")
             if vlen >= 0:
@@ -215,27 +234,29 @@ def parse_records(data: bytes, count: int) -> list[Record]:
                 value = None
             if pos > body_end:
                 raise _Framing("BAD_RECORD_FRAMING", f"record {n}: key/value run past the record's length {length}")
-            hcount, pos = _rd_varint(data, pos)
+            hcount, pos = read_varint(data, pos)
             if hcount < 0:
                 raise _Framing("BAD_RECORD_FRAMING", f"record {n}: negative header count {hcount}")
-            headers: list[tuple[str, bytes | None]] = []
-            for _ in range(hcount):
-                if pos >= body_end:
-                    raise _Framing("BAD_RECORD_FRAMING", f"record {n}: headers run past the record's length")
-                hk, pos = _rd_varint(data, pos)
-                if hk < 0:
-                    raise _Framing("BAD_RECORD_FRAMING", f"record {n}: negative header key length {hk}")
-                hkey = data[pos : pos + hk].decode("utf-8")
-                pos += hk
-                hv, pos = _rd_varint(data, pos)
-                if hv < -1:
-                    raise _Framing("BAD_RECORD_FRAMING", f"record {n}: invalid header value length {hv}")
-                if hv >= 0:
-                    hval: bytes | None = data[pos : pos + hv]
-                    pos += hv
-                else:
-                    hval = None
-                headers.append((hkey, hval))
+            headers: Sequence[tuple[str, bytes | None]] = ()
+            if hcount:
+                headers = pairs = []
+                for _ in range(hcount):
+                    if pos >= body_end:
+                        raise _Framing("BAD_RECORD_FRAMING", f"record {n}: headers run past the record's length")
+                    hk, pos = read_varint(data, pos)
+                    if hk < 0:
+                        raise _Framing("BAD_RECORD_FRAMING", f"record {n}: negative header key length {hk}")
+                    hkey = data[pos : pos + hk].decode("utf-8")
+                    pos += hk
+                    hv, pos = read_varint(data, pos)
+                    if hv < -1:
+                        raise _Framing("BAD_RECORD_FRAMING", f"record {n}: invalid header value length {hv}")
+                    if hv >= 0:
+                        hval: bytes | None = data[pos : pos + hv]
+                        pos += hv
+                    else:
+                        hval = None
+                    pairs.append((hkey, hval))
             if pos != body_end:
                 raise _Framing(
                     "BAD_RECORD_FRAMING",
@@ -250,18 +271,35 @@ def parse_records(data: bytes, count: int) -> list[Record]:
     return out
 
 
+def batch_problem(count: int, base_offset: int, last_offset_delta: int, max_timestamp: int) -> tuple[str, str] | None:
+    """``(reason code, reason)`` when a CRC-valid batch header holds a value the decoder refuses (see
+    the module docstring), else None."""
+    if count < 0 or count > MAX_BATCH_RECORDS:
+        return "BAD_RECORD_COUNT", (f"record count {count} is negative" if count < 0 else
+                                    f"record count {count} exceeds the {MAX_BATCH_RECORDS} records an 8 MiB KRaft batch can hold")
+    last = base_offset + last_offset_delta
+    if not 0 <= base_offset < OFFSET_LIMIT or not 0 <= last < OFFSET_LIMIT:
+        return "OFFSET_OUT_OF_RANGE", f"base offset {base_offset} / last offset {last} outside [0, 2^63 - 2^31)"
+    if not MIN_TIMESTAMP_MS <= max_timestamp <= MAX_TIMESTAMP_MS:
+        return "TIMESTAMP_OUT_OF_RANGE", f"maxTimestamp {max_timestamp} ms is outside the years 0001-9999 of a timestamp"
+    return None
+
+
 def _decode_one(buf: bytes, pos: int, size: int, base_position: int, limit: int) -> RecordBatch | Corruption:
     (base_offset, batch_length, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, pepoch, bseq, count) = _FULL.unpack_from(buf, pos)
     end = pos + size
 
     def bad(code: str, reason: str) -> Corruption:
-        return Corruption(base_position + pos, size, code, reason, base_offset, bytes(buf[pos:end]))
+        return Corruption(base_position + pos, size, code, reason, base_offset, bytes(buf[pos:end]),
+                          count if count >= 0 else None)
 
     actual = crc32c(buf[pos + CRC_START : end])
     if actual != crc:
         return bad("CRC_MISMATCH", f"stored CRC-32C {crc:#010x} but the batch hashes to {actual:#010x}")
-    if count < 0:
-        return bad("BAD_RECORD_FRAMING", f"negative record count {count}")
+    if not (0 <= count <= MAX_BATCH_RECORDS and 0 <= base_offset < OFFSET_LIMIT
+            and 0 <= base_offset + last_delta < OFFSET_LIMIT and MIN_TIMESTAMP_MS <= max_ts <= MAX_TIMESTAMP_MS):
+        # the rule of batch_problem, checked in line (one batch at a time is the general decoder's hot loop)
+        return bad(*batch_problem(count, base_offset, last_delta, max_ts))  # type: ignore[misc]
     section = buf[pos + HEADER_SIZE : end]
     codec = attributes & ATTR_COMPRESSION_MASK
     if codec:
@@ -274,6 +312,70 @@ def _decode_one(buf: bytes, pos: int, size: int, base_position: int, limit: int)
     except _Framing as exc:
         return bad(exc.code, str(exc))
     return RecordBatch(base_offset, epoch, attributes, last_delta, base_ts, max_ts, records, pid, pepoch, bseq, magic, crc, base_position + pos, size)
+
+
+def frame_batches(buf: bytes | memoryview, pos: int = 0, stop: int | None = None,
+                  max_batches: int | None = None) -> tuple[list[int], int]:
+    """Walk the chain of framed batches from ``pos`` reading only their heads (facts §1.6).
+
+    A batch is framed when more than 17 bytes remain, its batchLength is at least 14 (at least 49,
+    a whole header, for magic 2) and it ends inside ``buf``. Returns the sizes of the consecutive framed
+    batches that start before ``stop`` (at most ``max_batches`` of them) and the position after them.
+    When that position is before ``stop`` (or the end) and ``max_batches`` did not end the walk, the
+    bytes from there on cannot be framed: :func:`unframed` says why.
+
+    This loop is the decoder's hottest Python code (one iteration per batch, most batches of a
+    metadata log are one ~80-byte record): it reads the length alone and the magic byte only for a
+    length below a whole header."""
+    sizes: list[int] = []
+    add = sizes.append
+    end = len(buf)
+    limit = end if stop is None else min(stop, end)
+    unpack = _LEN_ONLY.unpack_from
+    # a batch takes at least 26 bytes, so this bounds the number of batches
+    for _ in range(max_batches if max_batches is not None else (end - pos) // (LOG_OVERHEAD + KAFKA_MIN_BATCH_LENGTH) + 1):
+        if pos >= limit or end - pos <= HEADER_UP_TO_MAGIC:
+            break
+        size = unpack(buf, pos + 8)[0] + LOG_OVERHEAD
+        if size > end - pos or (size < HEADER_SIZE and (size < LOG_OVERHEAD + KAFKA_MIN_BATCH_LENGTH or buf[pos + 16] == 2)):
+            break
+        add(size)
+        pos += size
+    return sizes, pos
+
+
+def unframed(buf: bytes, pos: int, base_position: int = 0) -> Corruption:
+    """The bytes from ``pos`` to the end of ``buf``, where :func:`frame_batches` stopped, as one
+    corruption: ``TRUNCATED_BATCH`` (a short tail, or a batch running past the end: log recovery stops
+    there) or ``CORRUPT_BATCH_LENGTH`` (a length below a header, or implausible and past the end)."""
+    remaining = len(buf) - pos
+    raw = bytes(buf[pos:])
+    if remaining <= HEADER_UP_TO_MAGIC:
+        off = int.from_bytes(buf[pos : pos + 8], "big", signed=True) if remaining >= 8 else None
+        return Corruption(base_position + pos, remaining, "TRUNCATED_BATCH",
+                          f"{remaining} trailing bytes, too few for a batch header (log recovery stops here)", off, raw)
+    base_offset, batch_length, _epoch, magic = _HEAD.unpack_from(buf, pos)
+    if batch_length < KAFKA_MIN_BATCH_LENGTH or (magic == 2 and batch_length < MIN_BATCH_LENGTH):
+        return Corruption(base_position + pos, remaining, "CORRUPT_BATCH_LENGTH",
+                          f"batch length {batch_length} is smaller than a batch header; the rest of the data cannot be framed",
+                          base_offset, raw)
+    if batch_length > MAX_PLAUSIBLE_BATCH:
+        return Corruption(base_position + pos, remaining, "CORRUPT_BATCH_LENGTH",
+                          f"batch length {batch_length} is implausible and runs past the end of the data", base_offset, raw)
+    return Corruption(base_position + pos, remaining, "TRUNCATED_BATCH",
+                      f"batch declares {LOG_OVERHEAD + batch_length} bytes but only {remaining} remain (log recovery stops here)",
+                      base_offset, raw)
+
+
+def decode_batch(buf: bytes, pos: int, size: int, base_position: int = 0, *,
+                 decompress_limit: int = DEFAULT_LIMIT) -> RecordBatch | Corruption:
+    """The framed batch ``buf[pos : pos + size]`` (from :func:`frame_batches`) decoded, or why not."""
+    if buf[pos + 16] != 2:
+        base_offset = int.from_bytes(buf[pos : pos + 8], "big", signed=True)
+        return Corruption(base_position + pos, size, "BAD_MAGIC",
+                          f"magic byte {buf[pos + 16]}: only record batch format v2 is supported", base_offset,
+                          bytes(buf[pos : pos + size]))
+    return _decode_one(buf, pos, size, base_position, decompress_limit)
 
 
 def iter_batches(
@@ -291,50 +393,32 @@ def iter_batches(
     end = len(buf)
     pos = 0
     while pos < end:
-        remaining = end - pos
-        if remaining <= HEADER_UP_TO_MAGIC:
-            off = int.from_bytes(buf[pos : pos + 8], "big", signed=True) if remaining >= 8 else None
-            yield Corruption(base_position + pos, remaining, "TRUNCATED_BATCH",
-                             f"{remaining} trailing bytes, too few for a batch header (log recovery stops here)", off, buf[pos:])
-            return
-        base_offset, batch_length, _epoch, magic = _HEAD.unpack_from(buf, pos)
-        if batch_length < KAFKA_MIN_BATCH_LENGTH or (magic == 2 and batch_length < MIN_BATCH_LENGTH):
-            yield Corruption(base_position + pos, remaining, "CORRUPT_BATCH_LENGTH",
-                             f"batch length {batch_length} is smaller than a batch header; the rest of the data cannot be framed",
-                             base_offset, buf[pos:])
-            return
-        size = LOG_OVERHEAD + batch_length
-        if size > remaining:
-            if batch_length > MAX_PLAUSIBLE_BATCH:
-                code, why = "CORRUPT_BATCH_LENGTH", f"batch length {batch_length} is implausible and runs past the end of the data"
+        sizes, _ = frame_batches(buf, pos, max_batches=4096)
+        for size in sizes:
+            if buf[pos + 16] == 2:
+                yield _decode_one(buf, pos, size, base_position, decompress_limit)
             else:
-                code, why = "TRUNCATED_BATCH", f"batch declares {size} bytes but only {remaining} remain (log recovery stops here)"
-            yield Corruption(base_position + pos, remaining, code, why, base_offset, buf[pos:])
+                yield decode_batch(buf, pos, size, base_position)    # BAD_MAGIC
+            pos += size
+        if not sizes and pos < end:
+            yield unframed(buf, pos, base_position)
             return
-        if magic != 2:
-            yield Corruption(base_position + pos, size, "BAD_MAGIC",
-                             f"magic byte {magic}: only record batch format v2 is supported", base_offset, buf[pos : pos + size])
-        else:
-            yield _decode_one(buf, pos, size, base_position, decompress_limit)
-        pos += size
 
 
 def scan_batch_headers(buf: bytes | memoryview, base_position: int = 0) -> tuple[list[BatchHeader], int]:
     """Walk the batch boundaries of ``buf`` reading only each 17-byte header (no CRC, no records).
 
-    Returns ``(headers, consumed)``: the well-framed batches and the number of bytes they cover; any
-    bytes after ``consumed`` are a truncated or corrupt tail (facts §1.6).
+    Returns ``(headers, consumed)``: the framed batches (:func:`frame_batches`) and the number of bytes
+    they cover; any bytes after ``consumed`` are a truncated or corrupt tail (facts §1.6).
     """
+    sizes, consumed = frame_batches(buf)
     out: list[BatchHeader] = []
-    end = len(buf)
     pos = 0
-    while end - pos > HEADER_UP_TO_MAGIC:
+    for size in sizes:
         base_offset, batch_length, epoch, magic = _HEAD.unpack_from(buf, pos)
-        if batch_length < KAFKA_MIN_BATCH_LENGTH or LOG_OVERHEAD + batch_length > end - pos:
-            break
         out.append(BatchHeader(base_position + pos, base_offset, batch_length, epoch, magic))
-        pos += LOG_OVERHEAD + batch_length
-    return out, pos
+        pos += size
+    return out, consumed
 
 
 def encode_records(records: Sequence[Record]) -> bytes:
@@ -415,23 +499,19 @@ def build_batch(
 def batch_cuts(buf: bytes, every: int) -> list[int]:
     """Batch-aligned positions in ``buf`` roughly every ``every`` bytes (excluding 0 and the end).
 
-    Walks the batch chain like :func:`scan_batch_headers` but keeps only the cut points; stops at a
-    truncated or corrupt tail (which then stays in the last piece).
+    Walks the batch chain with :func:`frame_batches` (a bounded number of batches at a time) and keeps
+    only the cut points; stops at a truncated or corrupt tail (which then stays in the last piece).
     """
     cuts: list[int] = []
     end = len(buf)
     pos = 0
     nxt = every
-    unpack = _LEN_ONLY.unpack_from
-    while end - pos > HEADER_UP_TO_MAGIC:
-        (length,) = unpack(buf, pos + 8)
-        if length < KAFKA_MIN_BATCH_LENGTH or LOG_OVERHEAD + length > end - pos:
-            break
-        pos += LOG_OVERHEAD + length
-        if pos >= nxt and pos < end:
-            cuts.append(pos)
-            nxt = pos + every
-    return cuts
-
-
-_LEN_ONLY = struct.Struct(">i")
+    while True:
+        sizes, _ = frame_batches(buf, pos, max_batches=65536)
+        if not sizes:
+            return cuts
+        for size in sizes:
+            pos += size
+            if pos >= nxt and pos < end:
+                cuts.append(pos)
+                nxt = pos + every

@@ -38,6 +38,7 @@ from kraft_replay.codec.arrow_json import supports as _json_supports
 from kraft_replay.codec.arrow_payload import PAYLOAD_COLUMN_BY_API_KEY, PAYLOAD_STRUCT_TYPES
 from kraft_replay.codec.records import uuid_to_bytes
 from kraft_replay.codec.schema import FIXED_SIZES, RECORD_TYPES, FieldSpec
+from kraft_replay.codec.varint import read_uvarint_array
 
 __all__ = ["ColumnarGroup", "ColumnarValues", "Reader", "decode_values", "supports"]
 
@@ -140,23 +141,9 @@ class Reader:
         return vals, p + size, p + size <= lim
 
     def uvarint(self, p: np.ndarray, lim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Unsigned varints of at most four bytes (longer ones: not ok). Most are one byte: only the
-        others read further."""
-        val = self.arr.take(p, mode="clip").astype(np.int64)
-        long_ = np.flatnonzero(val >= 128)
-        np_ = p + 1
-        if not len(long_):
-            return val, np_, np_ <= lim
-        ok = np.ones(len(p), dtype=bool)
-        g = self.gather(p[long_] + 1, 3).astype(np.int64)
-        m1 = g[:, 0] >= 128
-        m2 = m1 & (g[:, 1] >= 128)
-        m3 = m2 & (g[:, 2] >= 128)
-        g &= 0x7F
-        val[long_] = (val[long_] & 0x7F) + (g[:, 0] << 7) + ((g[:, 1] << 14) * m1) + ((g[:, 2] << 21) * m2)
-        np_[long_] += 1 + m1 + m2
-        ok[long_] = ~m3
-        return val, np_, ok & (np_ <= lim)
+        """Unsigned varints of at most four bytes (longer ones: not ok); see
+        :func:`kraft_replay.codec.varint.read_uvarint_array`."""
+        return read_uvarint_array(self.arr, p, lim)
 
     def uuid(self, p: np.ndarray, lim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return self.gather(p, 16), p + 16, p + 16 <= lim

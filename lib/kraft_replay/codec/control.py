@@ -13,11 +13,13 @@ and KRAFT_VOTERS (VotersRecord). ABORT (0), COMMIT (1) and unknown ids are rejec
 
 from __future__ import annotations
 
+import base64
+import json
 import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kraft_replay.codec.schema import CONTROL_SCHEMAS, MessageSchema
+from kraft_replay.codec.schema import CONTROL_SCHEMAS, FieldSpec, MessageSchema
 
 __all__ = [
     "CONTROL_TYPES",
@@ -29,6 +31,7 @@ __all__ = [
     "decode_control_key",
     "decode_control_record",
     "encode_control_record",
+    "control_json",
 ]
 
 # Every control value is written and read at schema version 0 (facts §3).
@@ -130,3 +133,25 @@ def encode_control_record(record: ControlRecord) -> tuple[bytes, bytes]:
         raise ValueError(f"control record type {record.type_id} is not valid in the metadata log")
     key = _KEY.pack(record.key_version, record.type_id)
     return key, bytes(encode_message(ctype.schema, CONTROL_VALUE_VERSION, record.data))
+
+
+def _json_value(f: FieldSpec, v: Any) -> Any:
+    if v is None:
+        return None
+    if f.fields is not None:
+        if f.is_array:
+            return [_json_obj(f.fields, 0, e) for e in v]
+        return _json_obj(f.fields, 0, v)
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    return v
+
+
+def _json_obj(fields: tuple[FieldSpec, ...], version: int, data: dict[str, Any]) -> dict[str, Any]:
+    return {f.json_name: _json_value(f, data.get(f.snake)) for f in fields if f.present_in(version)}
+
+
+def control_json(rec: ControlRecord) -> str:
+    """JSON of a control record value as the dump tool prints it after the control type: camelCase
+    field names, every field of schema version 0 (e.g. ``{"version":0,"leaderId":1,...}``)."""
+    return json.dumps(_json_obj(rec.control_type.schema.fields, CONTROL_VALUE_VERSION, rec.data), separators=(",", ":"))

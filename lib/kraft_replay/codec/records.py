@@ -152,10 +152,6 @@ def uuid_to_bytes(text: str) -> bytes:
     return b
 
 
-def _uv_slow(buf: bytes, pos: int) -> tuple[int, int]:
-    return read_uvarint(buf, pos)
-
-
 _SMALL_UV = [bytes((i,)) for i in range(128)]
 
 
@@ -193,7 +189,7 @@ class _Gen:
 
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {
-            "_uv": _uv_slow,
+            "_uv": read_uvarint,
             "_uvb": _uvb,
             "_SM": _SMALL_UV,
             "_UT": _UUID_TEXT,

@@ -9,9 +9,16 @@ Rules (facts §1.5):
 
 Decoders take ``(buf, pos)`` and return ``(value, new_pos)``; they raise :class:`VarintError`
 (a ``ValueError``) on truncated, overlong or out-of-range input, never anything else.
+
+This module is the project's only varint reader: the record parser, the record-value decoders
+(generated code reads the first byte in line and calls :func:`read_uvarint` for longer ones) and
+the batch accelerator use these functions; :func:`read_uvarint_array` is the same rule for many
+positions of one numpy buffer at once (the column-wise decoders).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 __all__ = [
     "VarintError",
@@ -25,6 +32,7 @@ __all__ = [
     "write_varlong",
     "uvarint_size",
     "varint_size",
+    "read_uvarint_array",
 ]
 
 _U32_MAX = 0xFFFF_FFFF
@@ -42,6 +50,8 @@ def _read_unsigned(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int
     result = 0
     shift = 0
     end = len(buf)
+    if pos < 0:
+        raise VarintError(f"negative position {pos}")
     for _ in range(max_bytes):
         if pos >= end:
             raise VarintError(f"truncated varint at byte {pos}")
@@ -58,8 +68,11 @@ def _read_unsigned(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int
 
 def read_uvarint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """Unsigned 32-bit varint (at most 5 bytes)."""
-    b = buf[pos] if 0 <= pos < len(buf) else None
-    if b is not None and b < 0x80:
+    try:
+        b = buf[pos]
+    except IndexError:
+        b = 0x80            # the general reader reports the truncation
+    if b < 0x80 and pos >= 0:
         return b, pos + 1
     return _read_unsigned(buf, pos, 5, _U32_MAX)
 
@@ -71,12 +84,24 @@ def read_uvarlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[in
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """Signed 32-bit zigzag varint (at most 5 bytes)."""
-    u, pos = read_uvarint(buf, pos)
+    try:
+        b = buf[pos]
+    except IndexError:
+        b = 0x80
+    if b < 0x80 and pos >= 0:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    u, pos = _read_unsigned(buf, pos, 5, _U32_MAX)
     return (u >> 1) ^ -(u & 1), pos
 
 
 def read_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """Signed 64-bit zigzag varlong (at most 10 bytes)."""
+    try:
+        b = buf[pos]
+    except IndexError:
+        b = 0x80
+    if b < 0x80 and pos >= 0:
+        return (b >> 1) ^ -(b & 1), pos + 1
     u, pos = _read_unsigned(buf, pos, 10, _U64_MAX)
     return (u >> 1) ^ -(u & 1), pos
 
@@ -138,3 +163,29 @@ def uvarint_size(value: int) -> int:
 def varint_size(value: int) -> int:
     """Number of bytes the signed 64-bit zigzag encoding of ``value`` takes."""
     return uvarint_size(((value << 1) ^ (value >> 63)) & _U64_MAX)
+
+
+def read_uvarint_array(arr: np.ndarray, p: np.ndarray, lim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unsigned varints at positions ``p`` of the uint8 array ``arr``, each to end before ``lim``:
+    ``(values, new positions, ok)``. Reads at most four bytes (values below 2**28, which is every
+    length and count the column-wise decoders accept); a longer varint, or one running past ``lim``,
+    has ``ok`` false and its value must not be used. Positions past the end of ``arr`` read its last
+    byte (the caller's ``lim`` check rejects them). Most varints are one byte: only the others read on."""
+    val = arr.take(p, mode="clip").astype(np.int64)
+    long_ = np.flatnonzero(val >= 128)
+    np_ = p + 1
+    if not len(long_):
+        return val, np_, np_ <= lim
+    ok = np.ones(len(p), dtype=bool)
+    g = arr.take((p[long_] + 1)[:, None] + _ARANGE3, mode="clip").astype(np.int64)
+    m1 = g[:, 0] >= 128
+    m2 = m1 & (g[:, 1] >= 128)
+    m3 = m2 & (g[:, 2] >= 128)
+    g &= 0x7F
+    val[long_] = (val[long_] & 0x7F) + (g[:, 0] << 7) + ((g[:, 1] << 14) * m1) + ((g[:, 2] << 21) * m2)
+    np_[long_] += 1 + m1 + m2
+    ok[long_] = ~m3
+    return val, np_, ok & (np_ <= lim)
+
+
+_ARANGE3 = np.arange(3, dtype=np.int64)

@@ -27,21 +27,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from kraft_replay.codec.arrow import (
-    CONTROL_SCHEMA,
-    LOG_SCHEMA,
-    OFFSET_BUCKET_SIZE,
-    SNAPSHOT_SCHEMA,
-    build_control_columns,
-    control_json,
-)
-from kraft_replay.codec.arrow_payload import PAYLOAD_FIELDS, build_payload_columns
-from kraft_replay.codec.control import CONTROL_TYPE_IDS, ControlRecord
+from kraft_replay.codec.arrow_payload import PAYLOAD_FIELDS, build_control_columns, build_payload_columns
+from kraft_replay.codec.control import CONTROL_TYPE_IDS, ControlRecord, control_json
 from kraft_replay.codec.schema import RECORD_TYPES
 from kraft_replay.generate.bulk import CYCLE
 from kraft_replay.generate.jsonexpr import payload_json_column
 from kraft_replay.generate.mv import NO_EPOCH_BUMP_ON_SHRINK_LEVEL
 from kraft_replay.generate.plan import PARTITION_CHANGE, Plan, PlannedBatch
+from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, OFFSET_BUCKET_SIZE, SNAPSHOT_SCHEMA
 
 NOOP = 20
 CHUNK_BATCHES = 200_000

@@ -4,7 +4,7 @@ Rule: the bulk of the log (NoOp and churn PartitionChangeRecords, :func:`kraft_r
 is still computed by Spark column expressions, ``payload_json`` included, but leaves Spark as a
 NARROW frame (:func:`kraft_replay.generate.log.bulk_log_flat`): the scalar columns, ``payload_json``
 and the filled fields of ``partition_change`` as flat columns ``partition_change__<field>``. In
-``mapInArrow`` every task rebuilds the exact bronze row (:data:`kraft_replay.codec.arrow.LOG_SCHEMA`)
+``mapInArrow`` every task rebuilds the exact bronze row (:data:`kraft_replay.ingest.schemas.LOG_SCHEMA`)
 with Arrow: the payload struct from its flat fields (null where the row is another record type),
 every other payload column all-null, the constant and derived columns (``cluster_id``,
 ``offset_bucket``, ``record_type``, ``source_file``, ``source_position``); then writes it with
@@ -31,12 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from kraft_replay.codec.arrow import LOG_SCHEMA, OFFSET_BUCKET_SIZE
 from kraft_replay.codec.arrow_json import record_json_arrow
 from kraft_replay.codec.jsonfmt import to_dump_json
 from kraft_replay.codec.schema import RECORD_TYPES
 from kraft_replay.generate import log as L
 from kraft_replay.generate.plan import Plan
+from kraft_replay.ingest.schemas import LOG_SCHEMA, OFFSET_BUCKET_SIZE
 from kraft_replay.lake.staged import StagedWrite, write_staged_arrow
 from kraft_replay.spark import session_conf
 

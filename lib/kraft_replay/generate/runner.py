@@ -6,6 +6,11 @@ Tables written (each replaced for the scenario's cluster id, so re-running is id
 ``scenario_events``. ``metadata_log`` is written first and read back for everything derived from it
 (snapshots' partition state, producers' believed leader epochs).
 
+A run of the lake (``Lake.start_run`` / ``Lake.publish``, see ``kraft_replay.lake.publish``): commits of
+an earlier run that never published are rolled back first, the tables are read back at their newest
+commits while the run writes them, and every table is published in one commit at the end, so readers
+see the scenario's tables all from the same run.
+
 ``scenario_events`` columns: ``cluster_id``, ``event_id`` int, ``event_type`` string
 (``controller_elected``, ``bootstrap``, ``broker_registered``, ``broker_restart``,
 ``network_partition``, ``controller_failover``, ``rolling_upgrade``, ``feature_update``,
@@ -107,6 +112,24 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
     where = f"cluster_id = '{cid}'"
     for name, (schema, parts) in TABLES.items():
         lake.create_table(name, schema, partition_by=parts)
+    import uuid
+
+    from kraft_replay.lake.publish import rollback_line
+
+    run_id = f"generate-{uuid.uuid4().hex[:12]}"
+    rolled = lake.start_run(run_id, list(TABLES))
+    if rolled:
+        progress(rollback_line(rolled))
+    try:
+        _write_tables(spark, lake, plan, scenario, res, where, segments_out, progress, t0, run_id)
+    finally:
+        lake.end_run()
+    return res
+
+
+def _write_tables(spark: SparkSession, lake, plan: Plan, scenario: Scenario, res: GenerateResult, where: str,  # noqa: ANN001, PLR0913
+                  segments_out: str | None, progress: Callable[[str], None], t0: float, run_id: str) -> None:
+    """Write every table of the run, publish them together, then the segment files (if asked)."""
 
     def write(name: str, df: DataFrame, started: float | None = None) -> None:
         t = time.time() if started is None else started
@@ -120,7 +143,7 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
     res.seconds["metadata_log"] = time.time() - t
     progress(f"wrote metadata_log in {res.seconds['metadata_log']:.1f}s")
     with session_conf(spark, DERIVED_CONF):
-        log = lake.read("metadata_log", where=where)
+        log = lake.read("metadata_log", where=where, latest=True)  # this run's rows, not yet published
         # snapshots: data records from the log's state, control rows for header/footer
         t_snap = time.time()
         snaps = [bootstrap_records(spark, plan)]
@@ -140,6 +163,7 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
         write("broker_progress", broker_progress(spark, plan))
         write("metadata_requests", metadata_requests(spark, plan))
         write("produce_requests", produce_requests(spark, plan, log))
+    lake.publish(list(TABLES), run_id)  # the run's visibility point: every table at once
     if segments_out:
         from kraft_replay.generate.segments import write_segments
 
@@ -150,4 +174,3 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
     for name in TABLES:
         res.rows[name] = lake.read(name, where=where).count()
     res.seconds["total"] = time.time() - t0
-    return res

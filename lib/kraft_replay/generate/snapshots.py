@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kraft_replay.codec.arrow import OFFSET_BUCKET_SIZE
 from kraft_replay.codec.arrow_payload import PAYLOAD_FIELDS, build_payload_columns
 from kraft_replay.codec.records import MetadataRecord
 from kraft_replay.codec.schema import RECORD_TYPES, ZERO_UUID
@@ -48,6 +47,7 @@ from kraft_replay.generate.plan import (
     Plan,
     SnapshotPoint,
 )
+from kraft_replay.ingest.schemas import OFFSET_BUCKET_SIZE
 
 SNAPSHOT_BATCH_RECORDS = 1000
 

@@ -66,19 +66,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from kraft_replay.codec.arrow import (
-    CONTROL_SCHEMA,
-    LOG_SCHEMA,
-    OFFSET_BUCKET_SIZE,
-    QUARANTINE_SCHEMA,
-    SNAPSHOT_SCHEMA,
-    TIMESTAMP,
-    ChunkStats,
-    DecodedChunk,
-    build_control_columns,
-    control_json,
-)
-from kraft_replay.codec.arrow_payload import build_payload_columns
+from kraft_replay.codec.arrow_payload import build_control_columns, build_payload_columns
 from kraft_replay.codec.batch import ATTR_DELETE_HORIZON, Corruption, Record, RecordBatch, iter_batches
 from kraft_replay.codec.control import (
     CONTROL_TYPE_IDS,
@@ -86,6 +74,7 @@ from kraft_replay.codec.control import (
     CONTROL_VALUE_VERSION,
     ControlDecodeError,
     ControlRecord,
+    control_json,
     decode_control_record,
 )
 from kraft_replay.codec.files import FileKind, classify
@@ -93,6 +82,15 @@ from kraft_replay.codec.jsonfmt import DumpJsonError, from_dump_json, to_dump_js
 from kraft_replay.codec.jsonfmt import message_from_json
 from kraft_replay.codec.records import MetadataRecord, RecordDecodeError, decode_record_value
 from kraft_replay.codec.schema import RECORD_TYPES, RECORD_TYPES_BY_TOOL_NAME
+from kraft_replay.ingest.bronze import ChunkStats, DecodedChunk
+from kraft_replay.ingest.schemas import (
+    CONTROL_SCHEMA,
+    LOG_SCHEMA,
+    OFFSET_BUCKET_SIZE,
+    QUARANTINE_SCHEMA,
+    SNAPSHOT_SCHEMA,
+    TIMESTAMP,
+)
 
 __all__ = [
     "looks_like_dump_text",
@@ -552,6 +550,7 @@ class TextProblem:
     reason_code: str
     reason: str
     offset: int | None = None
+    record: bool = False    # the line stands for one record (``ingest_quarantine.records`` = 1, else null)
 
 
 @dataclass(slots=True)
@@ -603,13 +602,14 @@ class _Assembler:
             if header.is_valid is False:
                 self._problem(blank.line_no, blank.raw, "CRC_MISMATCH",
                               f"record of the batch at offset {header.base_offset} that the dump tool reported invalid",
-                              header.base_offset + index)
+                              header.base_offset + index, record=True)
             else:
                 self._emit(blank.line_no, blank.raw, "control", header.base_offset + index, header, None)
 
     # -- output -----------------------------------------------------------------------------
-    def _problem(self, line_no: int, raw: str, code: str, reason: str, offset: int | None = None) -> None:
-        self.out.problems.append(TextProblem(line_no, raw, code, reason, offset))
+    def _problem(self, line_no: int, raw: str, code: str, reason: str, offset: int | None = None,
+                 record: bool = False) -> None:
+        self.out.problems.append(TextProblem(line_no, raw, code, reason, offset, record))
 
     def _emit(self, line_no: int, raw: str, kind: Literal["data", "control"], offset: int,
               batch: BatchLine | None, rec: RecordLine | None) -> None:
@@ -689,21 +689,22 @@ class _Assembler:
         header = batch.header if batch is not None else None
         if rec.kind == "tool_error":
             self._problem(rec.line_no, rec.raw, "RECORD_DECODE_ERROR",
-                          f"the dump tool could not decode this record: {rec.message}", offset)
+                          f"the dump tool could not decode this record: {rec.message}", offset, record=True)
             return
         if offset is None:
             self._problem(rec.line_no, rec.raw, "TEXT_PARSE_ERROR",
-                          "record offset unknown: no offset on the line and no batch header line before it")
+                          "record offset unknown: no offset on the line and no batch header line before it",
+                          record=True)
             return
         if header is not None and header.is_valid is False:
             self._problem(rec.line_no, rec.raw, "CRC_MISMATCH",
                           f"record of the batch at offset {header.base_offset} that the dump tool reported invalid",
-                          offset)
+                          offset, record=True)
             return
         if rec.kind == "bare":
             if header is None or not header.is_control:
                 self._problem(rec.line_no, rec.raw, "TEXT_PARSE_ERROR",
-                              "record line has neither a payload nor a control record", offset)
+                              "record line has neither a payload nor a control record", offset, record=True)
                 return
             self._emit(rec.line_no, rec.raw, "control", offset, header, rec)
             return
@@ -711,7 +712,7 @@ class _Assembler:
         if header is not None and header.is_control != (kind == "control"):
             where = "control" if header.is_control else "data"
             self._problem(rec.line_no, rec.raw, "TEXT_PARSE_ERROR",
-                          f"{kind} record inside a {where} batch (header line {header.line_no})", offset)
+                          f"{kind} record inside a {where} batch (header line {header.line_no})", offset, record=True)
             return
         self._emit(rec.line_no, rec.raw, kind, offset, header, rec)
 
@@ -924,6 +925,7 @@ def _quarantine_batch(problems: list[TextProblem], cluster_id: str, source_file:
             pa.array([p.line_no for p in problems], pa.int64()),
             pa.array([len(r) for r in raws], pa.int64()),
             pa.array([p.offset for p in problems], pa.int64()),
+            pa.array([1 if p.record else None for p in problems], pa.int64()),   # records
             pa.array([p.reason_code for p in problems], pa.string()),
             pa.array([f"line {p.line_no}: {p.reason}" for p in problems], pa.string()),
             pa.array(raws, pa.binary()),
@@ -972,7 +974,7 @@ def parse_dump_text(
                     hit = (rec, to_dump_json(rec))
                 except (DumpJsonError, ValueError, RecursionError) as exc:
                     code, reason = _record_reason(r.payload, exc)
-                    problems.append(TextProblem(r.line_no, r.raw, code, reason, r.offset))
+                    problems.append(TextProblem(r.line_no, r.raw, code, reason, r.offset, record=True))
                     continue
                 if len(r.payload) <= _MEMO_MAX_PAYLOAD and len(memo) < _MEMO_MAX_ENTRIES:
                     memo[r.payload] = hit
@@ -990,7 +992,8 @@ def parse_dump_text(
                 cjson = control_json(crec)
             except (DumpJsonError, ValueError, RecursionError) as exc:
                 problems.append(TextProblem(r.line_no, r.raw, "TEXT_PARSE_ERROR",
-                                            f"{r.control_type} JSON does not match its schema: {exc}", r.offset))
+                                            f"{r.control_type} JSON does not match its schema: {exc}", r.offset,
+                                            record=True))
                 continue
         ctrl.records.append(r)
         ctrl.parsed.append(crec)
@@ -1003,6 +1006,8 @@ def parse_dump_text(
         data_records=len(log.records) + len(snap.records),
         control_records=len(ctrl.records),
         quarantined=len(problems),
+        quarantined_records=sum(1 for p in problems if p.record),
+        quarantined_bytes=sum(len(p.raw.encode("utf-8", errors="surrogateescape")) for p in problems),
     )
     stats.records = stats.data_records + stats.control_records
     # Like the binary decoder: log offsets; in-file offsets only for a text that holds no log records.

@@ -5,4 +5,6 @@ from __future__ import annotations
 
 class IngestError(Exception):
     """Bad input for ``kraft-replay ingest`` (missing path, empty dir, non-Kafka file, permission
-    denied, quarantine under ``--strict``); nothing has been committed when it is raised."""
+    denied, quarantine under ``--strict``), or a run that failed. The message says what was
+    committed: nothing, or the run's commits, which stay unpublished (invisible to readers) until the
+    next run rolls them back (see ``kraft_replay.ingest.pipeline``)."""

@@ -31,9 +31,27 @@ Steps (each a rule of issue 3 / docs/design.md):
    workers into a staged write; the side tables are written by the tasks into a run staging dir and
    appended through Spark with de-duplication by snapshot id and position. ``--strict``: a first
    decode pass writes only the side outputs; any quarantine aborts before anything is committed.
-4. ``ingest_files`` is written last (pyarrow on the driver, a staged write). Every commit carries
-   the Delta txn ``(app_id, 1)`` derived from the run's file set, so a re-run after a crash does not
-   append twice. Nothing is collected to the driver except the per-task statistics rows.
+4. ``ingest_files`` is written last (pyarrow on the driver, a staged write); then the run is
+   **published** (``Lake.publish`` of the five tables: one commit of the lake's ``_published``
+   table), the single point at which readers see the run: all of it, or before that none of it.
+   The run begins with ``Lake.start_run``: commits of an earlier run that never published (killed
+   or failed; the lake has one writer at a time) are rolled back first — one line says so — and
+   the run staging dirs of dead runs under ``_ingest_staging/`` are removed. Every commit carries
+   the Delta txn ``(app_id, 1)``, the app id derived from the run's file set *and its run id*: a
+   retried commit within the run is skipped, while a rolled-back commit of an earlier run can never
+   make this run's commit look done. Nothing is collected to the driver except the per-task
+   statistics rows.
+5. Messages say what happened: "nothing committed" only when no commit was made; a failure after
+   some commits names them and says they are unpublished (invisible to readers) and that the next
+   run rolls them back. Quarantined ranges, bytes and records come from the decoder's statistics.
+6. A file with a damaged prefix (:mod:`.sources`: its first batch header is damaged but a valid
+   batch chain starts later) is decoded from that batch on; ``[0, data_start)`` is quarantined as
+   one ``CORRUPT_PREFIX`` row written by the driver and named in the summary (``--strict``: a
+   one-line error before anything is committed).
+
+Fault injection (tests): ``KRAFT_REPLAY_FAULT=kill-after-commit:<table>`` SIGKILLs the driver right
+after that table's commit, ``fail-commit:<table>`` makes that commit fail (comma-separated list;
+``<table>`` may also be ``publish``).
 
 Progress: every 5 s a line with tasks done, MB, MB/s and records/s (the tasks add their record
 counts to a Spark accumulator, merged on the driver as each task finishes).
@@ -55,14 +73,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
-from kraft_replay.codec.arrow import (
-    CONTROL_SCHEMA,
-    FILES_SCHEMA,
-    LOG_SCHEMA,
-    OFFSET_BUCKET_SIZE,
-    QUARANTINE_SCHEMA,
-    SNAPSHOT_SCHEMA,
-)
 from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.errors import IngestError
 from kraft_replay.ingest.plan import (
@@ -72,6 +82,14 @@ from kraft_replay.ingest.plan import (
     plan_ranges,
     plan_tasks,
     sha256_of,
+)
+from kraft_replay.ingest.schemas import (
+    CONTROL_SCHEMA,
+    FILES_SCHEMA,
+    LOG_SCHEMA,
+    OFFSET_BUCKET_SIZE,
+    QUARANTINE_SCHEMA,
+    SNAPSHOT_SCHEMA,
 )
 from kraft_replay.ingest.sources import InputFile, discover
 from kraft_replay.lake.staged import write_staged_arrow
@@ -98,7 +116,8 @@ STATS_SCHEMA = pa.schema([
     pa.field("last_offset", pa.int64()),
     pa.field("q_position", pa.int64()),     # first quarantined range of the task (for --strict's message)
     pa.field("q_reason", pa.string()),
-    pa.field("q_bytes", pa.int64()),        # bytes of the file quarantined by the task
+    pa.field("q_bytes", pa.int64()),        # bytes of the file quarantined by the task (each byte once)
+    pa.field("q_records", pa.int64()),      # declared records those quarantined ranges stand for (where known)
     pa.field("first_pos", pa.int64()),      # where the task started decoding (null: no batch starts in its range)
     pa.field("end_pos", pa.int64()),        # where its decoding stopped (the end of its last batch, or of the data)
     pa.field("read_bytes", pa.int64()),     # bytes the task read from the file
@@ -121,6 +140,9 @@ _TASK_SCHEMA = StructType([
 
 # Piece of a task decoded at a time inside a worker (bounds the Arrow batch size).
 _PIECE_BYTES = 4 * 1024 * 1024
+# Rows a piece may expand to through compressed batches before the decoder stops early and the next
+# piece starts where it stopped (kraft_replay.codec.decode.decode_records(row_budget=)).
+_ROW_BUDGET = 500_000
 
 
 def _write_side(staging: str, table: str, task_id: int, batches: list[pa.RecordBatch], schema: pa.Schema) -> None:
@@ -141,9 +163,10 @@ def _decode_range(read: Callable[[int, int], bytes], pos: int, stop_at: int, end
     """DecodedChunks of the batches that start in ``[pos, stop_at)``; ``read(a, b)`` gives the bytes
     ``[a, b)`` and ``end`` is where the data ends (the file's end, or an aligned task's end). Pieces of
     about ``_PIECE_BYTES`` are decoded at a time; a batch (or a range that ends the scan) that needs
-    more bytes than a piece holds is decoded from a longer read. ``out["end_pos"]`` is set to where
-    decoding stopped (the end of the last batch decoded, or the end of the data)."""
-    from kraft_replay.codec.arrow import decode_to_arrow
+    more bytes than a piece holds is decoded from a longer read; a piece whose compressed batches expand
+    past ``_ROW_BUDGET`` rows ends early and the next piece starts there. ``out["end_pos"]`` is set to
+    where decoding stopped (the end of the last batch decoded, or the end of the data)."""
+    from kraft_replay.ingest.bronze import decode_to_arrow
 
     slack = _SLACK_BYTES
     out["end_pos"] = pos
@@ -152,15 +175,18 @@ def _decode_range(read: Callable[[int, int], bytes], pos: int, stop_at: int, end
         hi = min(end, pos + piece + slack)  # never much past stop_at: a task reads O(its range)
         buf = read(pos, hi)
         eof = hi >= end or len(buf) < hi - pos
-        c = decode_to_arrow(buf, base_position=pos, stop=piece, at_eof=eof, **common)
-        if c.consumed == 0:
+        c = decode_to_arrow(buf, base_position=pos, stop=piece, at_eof=eof, row_budget=_ROW_BUDGET, **common)
+        del buf
+        consumed = c.consumed
+        if consumed == 0:
             if eof:  # pragma: no cover - at the end of the data the decoder always moves on
                 break
             slack = 2 * (piece + slack)  # a batch longer than the read: read more
             continue
         slack = _SLACK_BYTES
         yield c
-        pos += c.consumed
+        del c  # not held while the next piece is decoded
+        pos += consumed
         out["end_pos"] = pos
 
 
@@ -204,32 +230,87 @@ def _task_chunks(t: dict, ingested_at: datetime, out: dict | None = None) -> Ite
             out["read_bytes"] = reader.bytes_read
 
 
+# Side-table rows a task buffers before writing them out (bounds a task's memory whatever its range holds).
+_SIDE_FLUSH_ROWS = 200_000
+
+
+class _SideOutput:
+    """A task's control/snapshot/quarantine rows, written out as they come: into the table's staged
+    write where ``sinks`` names one (part ids ``<task>``, ``<task>-f1``, ``<task>-f2`` ...), else into
+    one Parquet file per table in ``staging`` (``<table>/task-<task>.parquet``, written incrementally).
+    File names are deterministic, so a retried task overwrites its own output."""
+
+    def __init__(self, staging: str, task_id: int, sinks: dict) -> None:
+        self.staging, self.task_id, self.sinks = staging, task_id, sinks
+        self.parts: dict[str, list[pa.RecordBatch]] = {name: [] for name in SIDE_TABLES}
+        self.rows = dict.fromkeys(SIDE_TABLES, 0)
+        self.flushes = dict.fromkeys(SIDE_TABLES, 0)
+        self.writers: dict = {}
+
+    def add(self, name: str, part: pa.RecordBatch) -> None:
+        if part.num_rows:
+            self.parts[name].append(part)
+            self.rows[name] += part.num_rows
+            if self.rows[name] >= _SIDE_FLUSH_ROWS:
+                self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        parts = self.parts[name]
+        if not parts:
+            return
+        if name in self.sinks:
+            k = self.flushes[name]
+            write_staged_arrow(self.sinks[name], parts, part_id=f"{self.task_id:06d}" + (f"-f{k}" if k else ""))
+        else:
+            w = self.writers.get(name)
+            if w is None:
+                import pyarrow.parquet as pq
+                from pyarrow import fs as pafs
+
+                from kraft_replay.ingest.sources import pyarrow_uri
+
+                fs, root = (pafs.FileSystem.from_uri(pyarrow_uri(self.staging)) if "://" in self.staging
+                            else (pafs.LocalFileSystem(), self.staging))
+                fs.create_dir(f"{root}/{name}", recursive=True)
+                w = self.writers[name] = pq.ParquetWriter(f"{root}/{name}/task-{self.task_id:06d}.parquet",
+                                                          SIDE_TABLES[name], filesystem=fs)
+            for part in parts:
+                w.write_batch(part)
+        self.flushes[name] += 1
+        self.parts[name], self.rows[name] = [], 0
+
+    def close(self) -> None:
+        try:
+            for name in SIDE_TABLES:
+                self._flush(name)
+        finally:
+            for w in self.writers.values():
+                w.close()
+
+
 def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log: bool = True,
                  sinks: dict | None = None, records_acc=None) -> Iterator[pa.RecordBatch]:  # noqa: ANN001
     """Decode task rows (file, byte range, kind ...): yield ``metadata_log`` batches, and write the
     task's control/snapshot/quarantine rows and its statistics row into ``staging`` (deterministic
     file names, so a retried task overwrites its own output). A side table named in ``sinks`` (a
     :class:`kraft_replay.lake.staged.StagedWrite` per table) is written into that staged write instead.
+    Side rows are written out every ``_SIDE_FLUSH_ROWS`` rows (:class:`_SideOutput`) and the decoder
+    works in pieces with a row budget (:func:`_decode_range`), so a task's memory stays bounded.
     ``records_acc``: a Spark accumulator the decoded record count is added to (live progress)."""
-    from kraft_replay.codec.arrow import ChunkStats
+    from kraft_replay.ingest.bronze import ChunkStats
 
     sinks = sinks or {}
     for t in rows:
-        side: dict[str, list[pa.RecordBatch]] = {name: [] for name in SIDE_TABLES}
+        side = _SideOutput(staging, t["task_id"], sinks)
         total = ChunkStats()
         first_q: tuple[int, str] | None = None
-        q_bytes = 0
         where: dict = {}
         for c in _task_chunks(t, ingested_at, where):
             if emit_log and c.log.num_rows:
                 yield c.log
             for name, part in ((METADATA_CONTROL, c.control), (SNAPSHOT_RECORDS, c.snapshot), (INGEST_QUARANTINE, c.quarantine)):
-                if part.num_rows:
-                    side[name].append(part)
+                side.add(name, part)
             if c.quarantine.num_rows:
-                import pyarrow.compute as pc
-
-                q_bytes += pc.sum(c.quarantine.column("length")).as_py() or 0
                 qp = c.quarantine.column("source_position").to_pylist()
                 i = min(range(len(qp)), key=qp.__getitem__)
                 if first_q is None or qp[i] < first_q[0]:
@@ -241,21 +322,17 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
             total.batches += s.batches
             total.records += s.records
             total.quarantined += s.quarantined
+            total.quarantined_records += s.quarantined_records
+            total.quarantined_bytes += s.quarantined_bytes    # the chunks of a task are disjoint byte ranges
             if s.first_offset is not None:
                 total.first_offset = s.first_offset if total.first_offset is None else min(total.first_offset, s.first_offset)
                 total.last_offset = s.last_offset if total.last_offset is None else max(total.last_offset, s.last_offset)
-        for name, parts in side.items():
-            if name in sinks:
-                from kraft_replay.lake.staged import write_staged_arrow
-
-                if parts:
-                    write_staged_arrow(sinks[name], parts, part_id=f"{t['task_id']:06d}")
-            elif parts:
-                _write_side(staging, name, t["task_id"], parts, SIDE_TABLES[name])
+            c = part = s = None  # not held while the next chunk is decoded
+        side.close()
         stats = {"task_id": t["task_id"], "bytes": total.bytes, "batches": total.batches, "records": total.records,
                  "quarantined": total.quarantined, "first_offset": total.first_offset, "last_offset": total.last_offset,
                  "q_position": None if first_q is None else first_q[0], "q_reason": None if first_q is None else first_q[1],
-                 "q_bytes": q_bytes, "first_pos": where.get("first_pos"), "end_pos": where.get("end_pos"),
+                 "q_bytes": total.quarantined_bytes, "q_records": total.quarantined_records, "first_pos": where.get("first_pos"), "end_pos": where.get("end_pos"),
                  "read_bytes": where.get("read_bytes", 0)}
         _write_side(staging, STATS, t["task_id"],
                     [pa.RecordBatch.from_arrays([pa.array([stats[f.name]], f.type) for f in STATS_SCHEMA], schema=STATS_SCHEMA)],
@@ -321,6 +398,7 @@ class FileResult:
     last_offset: int | None = None
     quarantined_bytes: int = 0
     first_quarantined: tuple[int, str] | None = None   # (byte position, reason code) of the first range
+    quarantined_records: int = 0                       # records the quarantined ranges declared (where known)
 
 
 @dataclass
@@ -335,6 +413,10 @@ class IngestSummary:
     bytes: int = 0
     records: int = 0
     seconds: float = 0.0
+    commits: list[tuple[str, int]] = field(default_factory=list)   # (table, version) this run committed
+    published: dict[str, int] | None = None                          # the versions the run published
+    rolled_back: list = field(default_factory=list)                  # kraft_replay.lake.Rollback at the start
+    committing: bool = False                                         # a commit of the run was attempted
 
     @property
     def records_per_s(self) -> float:
@@ -352,15 +434,24 @@ class IngestSummary:
         ]
         if self.quarantined:
             qb = sum(f.quarantined_bytes for f in self.files)
-            out.append(f"  quarantined: {self.quarantined} range(s), {qb} bytes; see table ingest_quarantine")
+            qr = sum(f.quarantined_records for f in self.files)
+            held = f"; they hold {qr} record(s) not in the record tables" if qr else ""
+            out.append(f"  quarantined: {self.quarantined} range(s), {qb} bytes; see table ingest_quarantine{held}")
         for f in self.files:
             if f.quarantined:
                 at = ""
                 if f.first_quarantined is not None:
                     unit = "line" if f.file.kind is FileKind.DUMP_TEXT else "byte"
                     at = f", first at {unit} {f.first_quarantined[0]} ({f.first_quarantined[1]})"
+                held = f"; {f.quarantined_records} record(s) in them" if f.quarantined_records else ""
                 out.append(f"    {f.file.name}: {f.quarantined} range(s), {f.quarantined_bytes} bytes quarantined{at}; "
-                           f"offsets {f.first_offset}..{f.last_offset} ingested")
+                           f"offsets {f.first_offset}..{f.last_offset} ingested{held}")
+                if f.file.data_start:
+                    out.append(f"      damaged start: bytes 0..{f.file.data_start} quarantined ({CORRUPT_PREFIX_CODE}), "
+                               f"batches from byte {f.file.data_start} on ingested")
+        if self.published is not None:
+            out.append(f"  published: run {self.run_id} ("
+                       + ", ".join(f"{t} v{v}" for t, v in sorted(self.published.items())) + "): visible to readers")
         if self.skipped:
             out.append(f"  skipped: {len(self.skipped)} file(s)")
             out.extend(f"    {p}: {why}" for p, why in self.skipped[:20])
@@ -436,14 +527,38 @@ def run_ingest(
     ingested_at = now.replace(microsecond=now.microsecond // 1000 * 1000)  # ms precision, one value per run
     files, skipped = discover(paths, cluster_id)
     total_bytes = sum(f.size for f in files)
+    if strict:
+        from kraft_replay.ingest.sources import damaged_prefix_error
+
+        prefix_error = damaged_prefix_error(files)
+        if prefix_error:
+            raise IngestError(prefix_error)
     say(f"ingest {run_id}: {len(files)} file(s), {total_bytes / 1e6:.1f} MB; checking what is new")
 
+    from kraft_replay.ingest.tables import BRONZE_TABLES
+    from kraft_replay.lake.publish import rollback_line
+
     ensure_bronze_tables(lake)
+    # One writer per lake: commits of an earlier run that never published are a dead run's.
+    rolled = lake.start_run(run_id, list(BRONZE_TABLES))
+    if rolled:
+        say(f"ingest {run_id}: {rollback_line(rolled)}")
+    _remove(_staging_dir(lake, "").rstrip("/"))  # run staging dirs of dead runs
+    try:
+        return _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_bytes, say, rolled)
+    finally:
+        lake.end_run()
+
+
+def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_bytes, say, rolled):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`run_ingest` once the run has started (rolled back what needed it)."""
+    from kraft_replay.ingest.tables import BRONZE_TABLES
+
     counts = _row_counts(lake)
     seen: set[tuple[str, str]] = set()
     seen_sizes: set[tuple[str, int]] = set()
     if counts.get(INGEST_FILES, 1):
-        for r in lake.read(INGEST_FILES).select("cluster_id", "sha256", "size_bytes").collect():
+        for r in lake.read(INGEST_FILES, latest=True).select("cluster_id", "sha256", "size_bytes").collect():
             seen.add((r["cluster_id"], r["sha256"]))
             seen_sizes.add((r["cluster_id"], r["size_bytes"]))
     # A file can repeat an ingested file or another input only if one of them has its cluster and
@@ -464,7 +579,7 @@ def run_ingest(
                 continue
             in_run[key] = f.path
         todo.append(f)
-    summary = IngestSummary(run_id, skipped=skipped)
+    summary = IngestSummary(run_id, skipped=skipped, rolled_back=list(rolled))
     if not todo:
         summary.seconds = time.time() - t0
         summary.rows = {t: 0 for t in (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE, INGEST_FILES)}
@@ -475,9 +590,10 @@ def run_ingest(
     staging = _staging_dir(lake, run_id)
 
     def app_id() -> str:
+        # the file set and the run: a commit rolled back with a dead run never suppresses this run's
         done = sums.wait()
         return "kraft-replay-ingest-" + hashlib.sha256(
-            "\n".join(sorted(f"{f.cluster_id}:{done[f.path]}" for f in todo)).encode()).hexdigest()[:32]
+            "\n".join(sorted(f"{f.cluster_id}:{done[f.path]}" for f in todo)).encode()).hexdigest()[:32] + f"-{run_id}"
 
     try:
         bounds = _direct_bounds(spark, lake, todo, counts)
@@ -500,9 +616,15 @@ def run_ingest(
             r.quarantined_bytes += st.get("q_bytes") or 0
             if st["q_position"] is not None and (r.first_quarantined is None or st["q_position"] < r.first_quarantined[0]):
                 r.first_quarantined = (st["q_position"], st["q_reason"])
+            r.quarantined_records += st.get("q_records") or 0
             if st["first_offset"] is not None:
                 r.first_offset = st["first_offset"] if r.first_offset is None else min(r.first_offset, st["first_offset"])
                 r.last_offset = st["last_offset"] if r.last_offset is None else max(r.last_offset, st["last_offset"])
+        for r in results.values():
+            if r.file.data_start:  # the damaged prefix, quarantined by the driver (_prefix_rows)
+                r.quarantined += 1
+                r.quarantined_bytes += r.file.data_start
+                r.first_quarantined = (0, CORRUPT_PREFIX_CODE)
         done = sums.wait()
         for r in results.values():
             r.sha256 = done[r.file.path]
@@ -526,13 +648,101 @@ def run_ingest(
         except BaseException:
             lake.abort_staged(files_staged)
             raise
-        res = lake.commit_staged(files_staged, txn=(app_id(), 1))
+        res = _commit_staged(lake, files_staged, app_id(), summary)
         summary.rows[INGEST_FILES] = 0 if res.skipped else len(file_rows)
+        # the run's visibility point: every table's commits at once
+        _fault("fail-commit", "publish")
+        summary.published = lake.publish(list(BRONZE_TABLES), run_id)
+        _fault("kill-after-commit", "publish")
+    except BaseException as exc:
+        from kraft_replay.lake.errors import LakeError
+
+        if summary.commits and summary.published is None:
+            message = _unpublished_message(run_id, summary.commits, exc)
+            if isinstance(exc, Exception):
+                raise IngestError(message) from exc
+            say(message)
+        elif not summary.commits and summary.committing and isinstance(exc, LakeError):
+            text = str(exc).strip()
+            raise IngestError(f"ingest {run_id}: {text.splitlines()[0] if text else type(exc).__name__} -- this run "
+                              "committed nothing (readers see the lake as before); re-run the ingest") from exc
+        raise
     finally:
         sums.wait(raise_errors=False)
         _remove(staging)
     summary.seconds = time.time() - t0
     return summary
+
+
+CORRUPT_PREFIX_CODE = "CORRUPT_PREFIX"  # == kraft_replay.ingest.sources.CORRUPT_PREFIX
+FAULT_ENV = "KRAFT_REPLAY_FAULT"
+
+
+def _fault(kind: str, point: str) -> None:
+    """Test hook (see the module docstring): ``KRAFT_REPLAY_FAULT=kill-after-commit:<t>`` kills the
+    driver with SIGKILL, ``fail-commit:<t>`` raises the error a failed commit raises."""
+    import os
+
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec or f"{kind}:{point}" not in {x.strip() for x in spec.split(",")}:
+        return
+    if kind == "kill-after-commit":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    from kraft_replay.lake.errors import LakeError
+
+    raise LakeError(f"table {point!r}: commit failed (injected by {FAULT_ENV}={spec}); this commit was not made")
+
+
+def _commit_staged(lake, staged, app_id: str, summary: IngestSummary):  # noqa: ANN001, ANN202
+    """Commit one staged write of the run (with the fault points and the run's commit record)."""
+    summary.committing = True
+    try:
+        _fault("fail-commit", staged.table)
+    except BaseException:
+        lake.abort_staged(staged)
+        raise
+    res = lake.commit_staged(staged, txn=(app_id, 1))
+    if res.version is not None:
+        summary.commits.append((staged.table, int(res.version)))
+    _fault("kill-after-commit", staged.table)
+    return res
+
+
+def _append(lake, table: str, df: DataFrame, app_id: str, summary: IngestSummary):  # noqa: ANN001, ANN202
+    """Append through Spark as one commit of the run (fault points, commit record)."""
+    summary.committing = True
+    _fault("fail-commit", table)
+    res = lake.append(table, df, txn=(app_id, 1))
+    if res.version is not None:
+        summary.commits.append((table, int(res.version)))
+    _fault("kill-after-commit", table)
+    return res
+
+
+def _unpublished_message(run_id: str, commits: list[tuple[str, int]], exc: BaseException) -> str:
+    """The one-line error of a run that failed after committing but before publishing."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if not isinstance(exc, (IngestError,)) and type(exc).__name__ not in first:
+        first = f"{type(exc).__name__}: {first}"
+    done = ", ".join(f"{t} v{v}" for t, v in commits)
+    return (f"ingest {run_id} failed after committing {done}: {first} -- these commits are unpublished (readers do not "
+            "see them) and the next run on this lake rolls them back; re-run the ingest")
+
+
+def _prefix_rows(todo: list[InputFile], ingested_at: datetime) -> pa.Table | None:
+    """One quarantine row per file with a damaged prefix: bytes ``[0, data_start)``."""
+    from kraft_replay.ingest.sources import read_range
+
+    rows = [{"cluster_id": f.cluster_id, "source_file": f.name, "source_position": 0, "length": f.data_start,
+             "offset": None, "reason_code": CORRUPT_PREFIX_CODE,
+             "reason": (f"the first batch header is damaged: bytes 0..{f.data_start} hold no valid batch; the batch chain "
+                        f"resumes at byte {f.data_start} (magic 2, plausible length, CRC-32C, chaining header)"),
+             "raw": read_range(f.path, 0, f.data_start), "ingested_at": ingested_at}
+            for f in todo if f.data_start > 0]
+    return pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA) if rows else None
 
 
 class _Checksums:
@@ -578,7 +788,7 @@ def _row_counts(lake) -> dict[str, int]:  # noqa: ANN001
     cannot tell without counting (then every table counts as possibly non-empty)."""
     if getattr(lake, "backend", None) != "deltars":
         return {}
-    return {t.name: t.num_rows for t in lake.tables()}
+    return {t.name: t.num_rows for t in lake.tables(latest=True)}
 
 
 _NO_END = 1 << 62
@@ -600,7 +810,7 @@ def _direct_bounds(spark: SparkSession, lake, todo: list[InputFile], counts: dic
     snaps: set[tuple[str, str, int, int]] = set()
     for f in todo:
         if f.kind is FileKind.SEGMENT:
-            first = first_offset_of(f.path, f.size)
+            first = first_offset_of(f.path, f.size, f.data_start)
             if first is not None:
                 firsts.setdefault(f.cluster_id, []).append((first, f.path))
         elif f.kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP):
@@ -622,7 +832,7 @@ def _direct_bounds(spark: SparkSession, lake, todo: list[InputFile], counts: dic
         lo = fs[0][0]
         c = (F.col("cluster_id") == cid) & (F.col("offset_bucket") >= max(lo, 0) // OFFSET_BUCKET_SIZE) & (F.col("offset") >= lo)
         cond = c if cond is None else cond | c
-    if cond is not None and counts.get(METADATA_LOG, 1) and lake.read(METADATA_LOG).where(cond).limit(1).count():
+    if cond is not None and counts.get(METADATA_LOG, 1) and lake.read(METADATA_LOG, latest=True).where(cond).limit(1).count():
         return None
     if snaps:
         for table, kind_col in ((SNAPSHOT_RECORDS, "snapshot_kind"), (METADATA_CONTROL, "source_kind")):
@@ -633,7 +843,7 @@ def _direct_bounds(spark: SparkSession, lake, todo: list[InputFile], counts: dic
                 k = ((F.col("cluster_id") == cid) & (F.col(kind_col) == kind) & (F.col("snapshot_end_offset") == end)
                      & (F.col("snapshot_epoch") == epoch))
                 c = k if c is None else c | k
-            if lake.read(table).where(c).limit(1).count():
+            if lake.read(table, latest=True).where(c).limit(1).count():
                 return None
     return bounds
 
@@ -644,7 +854,7 @@ def _tasks_df(spark: SparkSession, tasks: list) -> DataFrame:
     return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(1, len(rows))), _TASK_SCHEMA)
 
 
-def _unchained(tasks: list, stats: dict[int, dict]) -> dict[str, tuple[int, list[int], int | None]]:
+def _unchained(tasks: list, stats: dict[int, dict], starts: dict[str, int] | None = None) -> dict[str, tuple[int, list[int], int | None]]:
     """Files whose resynchronised ranges do not chain (see :mod:`.plan`): by path, the last verified
     batch boundary to decode again from, the ids of the tasks whose output must be discarded, and
     the first batch position the first unverified task found (None: none). Task *i+1* must start exactly where task *i*'s last
@@ -662,8 +872,8 @@ def _unchained(tasks: list, stats: dict[int, dict]) -> dict[str, tuple[int, list
             fp = stats[t.task_id]["first_pos"]
             ok = expected is not None and (fp == expected if fp is not None else expected >= t.end)
             if not ok:
-                if expected is None:
-                    broken[path] = (0, [x.task_id for x in ts], fp)
+                if expected is None:  # from where the file's batch chain starts (after a damaged prefix)
+                    broken[path] = ((starts or {}).get(path, 0), [x.task_id for x in ts], fp)
                 else:
                     broken[path] = (expected, [x.task_id for x in ts[k:]], fp)
                 break
@@ -725,7 +935,7 @@ def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, stric
         stats = {st["task_id"]: st for st in _read_stats(staging)}
         if set(stats) != {t.task_id for t in tasks}:
             raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
-        broken = _unchained(tasks, stats)
+        broken = _unchained(tasks, stats, {f.path: f.data_start for f in todo})
         if broken:
             files = {f.path: f for f in todo}
             next_id = max(t.task_id for t in tasks) + 1
@@ -763,10 +973,13 @@ def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, stric
         quarantined = [st for st in stats_list if st["quarantined"]]
         if strict and quarantined:
             raise IngestError(_strict_message(quarantined, by_task))
+        prefixes = _prefix_rows(todo, ingested_at)
+        if prefixes is not None:
+            write_staged_arrow(staged[INGEST_QUARANTINE], prefixes, part_id="prefix")
         say(f"  decoded {sum(st['records'] for st in stats_list)} records in {time.time() - t1:.1f}s; committing")
         for name in order:
             st = pending.pop(name)
-            res = lake.commit_staged(st, txn=(app_id(), 1))
+            res = _commit_staged(lake, st, app_id(), summary)
             summary.rows[name] = 0 if res.skipped else int(res.rows)
             if name == METADATA_LOG and not res.skipped and res.rows != sum(written.values()):
                 raise IngestError(f"internal: workers wrote {sum(written.values())} {METADATA_LOG} rows but "
@@ -822,7 +1035,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
                  & F.col("offset_bucket").between(max(lo, 0) // OFFSET_BUCKET_SIZE, hi // OFFSET_BUCKET_SIZE)
                  & F.col("offset").between(lo, hi))
             cond = c if cond is None else cond | c
-        existing = lake.read(METADATA_LOG).where(cond).select("cluster_id", "offset")
+        existing = lake.read(METADATA_LOG, latest=True).where(cond).select("cluster_id", "offset")
         if not existing.limit(1).count():
             existing = None
 
@@ -839,7 +1052,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         except BaseException:
             lake.abort_staged(log_staged)
             raise
-        res = lake.commit_staged(log_staged, txn=(app_id(), 1))
+        res = _commit_staged(lake, log_staged, app_id(), summary)
         if not res.skipped and res.rows != sum(r["rows"] for r in written):
             raise IngestError(f"internal: workers wrote {sum(r['rows'] for r in written)} {METADATA_LOG} rows but "
                               f"{res.rows} were committed (version {res.version}); check the table's history")
@@ -857,7 +1070,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")
         spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
         try:
-            res = _with_progress(spark, summary.bytes, say, lambda: lake.append(METADATA_LOG, log_df, txn=(app_id(), 1)), acc)
+            res = _with_progress(spark, summary.bytes, say, lambda: _append(lake, METADATA_LOG, log_df, app_id(), summary), acc)
         finally:
             spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
         if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
@@ -869,6 +1082,13 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
     if len(stats) != len(tasks):
         raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
 
+    prefixes = _prefix_rows(todo, ingested_at)
+    if prefixes is not None:  # the damaged prefixes join the tasks' quarantine rows
+        import pyarrow.parquet as pq
+
+        fs, root = _fs_of(f"{staging}/{INGEST_QUARANTINE}")
+        fs.create_dir(root, recursive=True)
+        pq.write_table(prefixes, f"{root}/prefix.parquet", filesystem=fs)
     snap_keys = ["cluster_id", "snapshot_kind", "snapshot_end_offset", "snapshot_epoch", "position_in_snapshot"]
     ctrl_keys = ["cluster_id", "source_kind", "snapshot_end_offset", "snapshot_epoch", "offset"]
     clusters = sorted({f.cluster_id for f in todo})
@@ -879,8 +1099,9 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
             continue
         df = spark.read.schema(spark_schema(SIDE_TABLES[table])).parquet(f"{staging}/{table}")
         if keys:
-            df = _anti_join(df.dropDuplicates(keys), lake.read(table).where(F.col("cluster_id").isin(clusters)).select(*keys), keys)
-        res = lake.append(table, df, txn=(app_id(), 1))
+            df = _anti_join(df.dropDuplicates(keys), lake.read(table, latest=True).where(F.col("cluster_id").isin(clusters))
+                            .select(*keys), keys)
+        res = _append(lake, table, df, app_id(), summary)
         summary.rows[table] = 0 if res.skipped else int(res.rows)
         say(f"  wrote {table}: {summary.rows[table]} rows in {time.time() - t1:.1f}s")
     return stats, tasks

@@ -26,6 +26,8 @@ Rules:
   so a file of large batches is read only at its headers (seeks), and no file is ever held in
   memory whole. Where the chain breaks (truncated tail, corrupt length: the decoder's stopping rules),
   the rest of the file goes to the last task, whose decoder quarantines it.
+* A file with a damaged prefix (``InputFile.data_start > 0``, see :mod:`.sources`) is planned from
+  ``data_start`` on, a verified batch boundary; the driver quarantines ``[0, data_start)``.
 """
 
 from __future__ import annotations
@@ -245,9 +247,9 @@ def plan_tasks(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -
         epoch = f.info.epoch if kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP) else None
         cuts: list[int] = []
         if kind is not FileKind.DUMP_TEXT:
-            walks[f.path] = w = walk_batches(f.path, f.size, split_bytes)
+            walks[f.path] = w = walk_batches(f.path, f.size, split_bytes, start=f.data_start)
             cuts = w.cuts
-        edges = [0, *cuts, f.size]
+        edges = [f.data_start, *cuts, f.size]
         for a, b in zip(edges, edges[1:]):
             tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch, True, f.size))
     return tasks, walks
@@ -276,8 +278,9 @@ def plan_ranges(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) 
         kind = f.kind
         end_off = f.info.end_offset if kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP) else None
         epoch = f.info.epoch if kind in (FileKind.SNAPSHOT, FileKind.BOOTSTRAP) else None
-        n = 1 if kind is FileKind.DUMP_TEXT else max(1, -(-f.size // max(1, split_bytes)))
-        edges = [f.size * i // n for i in range(n + 1)]
+        first = f.data_start
+        n = 1 if kind is FileKind.DUMP_TEXT else max(1, -(-(f.size - first) // max(1, split_bytes)))
+        edges = [first + (f.size - first) * i // n for i in range(n + 1)]
         for a, b in zip(edges, edges[1:]):
             if a < b or f.size == 0:
                 tasks.append(Task(len(tasks), f.path, f.name, kind.value, f.cluster_id, a, b, end_off, epoch,
@@ -285,13 +288,13 @@ def plan_ranges(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) 
     return tasks
 
 
-def first_offset_of(path: str, size: int) -> int | None:
-    """Base offset of a file's first batch (None if the file is too short to hold a batch header)."""
-    if size <= 17:
+def first_offset_of(path: str, size: int, start: int = 0) -> int | None:
+    """Base offset of a file's first batch, at ``start`` (None if too few bytes follow for a batch header)."""
+    if size - start <= 17:
         return None
     r = _Reader(path)
     try:
-        head = r.read_at(8, 0)
+        head = r.read_at(8, start)
     finally:
         r.close()
     return struct.unpack(">q", head)[0] if len(head) == 8 else None

@@ -11,6 +11,15 @@ Rules:
   ``.checkpoint.part``/``.checkpoint.deleted``, indexes and Raft bookkeeping files are ignored.
   Other files are skipped and reported, unless they are dump-log text.
 * A file named explicitly must be a KRaft file or dump-log text, else a one-line :class:`IngestError`.
+* A segment or snapshot whose first batch header cannot be framed (negative base offset, magic not
+  0/1/2, a length below a batch header or past the end of the file) is a **damaged prefix**, not a
+  foreign file, when a valid batch chain starts later in it (the resynchronisation of
+  :func:`kraft_replay.ingest.plan.find_batch_start`: magic 2, plausible length, CRC-32C, chaining
+  next header): ``InputFile.data_start`` is that batch's position; ingest decodes from there and
+  quarantines ``[0, data_start)`` as one ``CORRUPT_PREFIX`` row. A file in which no batch can be
+  found at all and whose first header is not a Kafka batch header is refused (one-line
+  :class:`IngestError`); one whose first batch merely runs past the end is a truncated tail the
+  decoder quarantines.
 * ``cluster_id``: the ``--cluster-id`` given, else ``cluster.id`` from ``meta.properties`` in the
   node's data dir (the parent of ``__cluster_metadata-0/``), else that data dir's name.
 """
@@ -28,7 +37,7 @@ from pathlib import PurePosixPath
 from kraft_replay.codec.files import PARTITION_DIR, FileKind, KraftFile, classify
 from kraft_replay.ingest.errors import IngestError
 
-__all__ = ["InputFile", "discover", "read_range", "file_size", "is_uri"]
+__all__ = ["InputFile", "discover", "read_range", "file_size", "is_uri", "damaged_prefix_error", "CORRUPT_PREFIX"]
 
 _PARTITION_DIR_RE = re.compile(r"^.+-\d+$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -42,6 +51,7 @@ class InputFile:
     info: KraftFile
     size: int
     cluster_id: str
+    data_start: int = 0       # where the batch chain starts: > 0 for a damaged prefix (quarantined)
 
     @property
     def name(self) -> str:
@@ -192,8 +202,20 @@ def _in_other_partition_dir(path: str, root: str) -> bool:
 _BATCH_START = struct.Struct(">qiib")
 
 
-def _sniff(path: str, info: KraftFile, size: int, explicit: bool) -> KraftFile | None:
-    """Confirm a file's kind by its first bytes; None to skip it (dir walk), IngestError if explicit."""
+def _first_valid_batch(path: str, size: int) -> int | None:
+    """Position of the first valid batch after byte 0 (the resynchronisation rule), or None."""
+    from kraft_replay.ingest.plan import RangeReader, find_batch_start
+
+    try:
+        with RangeReader(path) as reader:
+            return find_batch_start(reader.read, 1, size, size)
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _sniff(path: str, info: KraftFile, size: int, explicit: bool) -> tuple[KraftFile, int] | None:
+    """Confirm a file's kind by its first bytes, and where its batch chain starts (see the module doc:
+    damaged prefix); None to skip it (dir walk), IngestError if explicit."""
     try:
         head = read_range(path, 0, min(size, 4096))
     except PermissionError:
@@ -203,16 +225,21 @@ def _sniff(path: str, info: KraftFile, size: int, explicit: bool) -> KraftFile |
     if info.kind in (FileKind.SEGMENT, FileKind.SNAPSHOT, FileKind.BOOTSTRAP):
         if len(head) >= 17:
             base, length, _epoch, magic = _BATCH_START.unpack_from(head, 0)
-            if base < 0 or length < 14 or magic not in (0, 1, 2):
+            foreign = base < 0 or length < 14 or magic not in (0, 1, 2)
+            if foreign or (magic == 2 and length < 49) or 12 + length > size:
+                start = _first_valid_batch(path, size)
+                if start is not None:
+                    return info, start
+            if foreign:
                 raise IngestError(
                     f"{path}: not a Kafka record-batch file (first batch header: base offset {base}, length {length}, "
-                    f"magic {magic}); remove it from the input or rename it"
+                    f"magic {magic}; no valid batch anywhere in the file); remove it from the input or rename it"
                 )
-        return info
+        return info, 0
     from kraft_replay.ingest.dumptext import looks_like_dump_text
 
     if looks_like_dump_text(head):
-        return KraftFile(info.name, FileKind.DUMP_TEXT)
+        return KraftFile(info.name, FileKind.DUMP_TEXT), 0
     if explicit:
         raise IngestError(
             f"{path}: not a KRaft metadata file (expected <20-digit offset>.log, <offset>-<epoch>.checkpoint, "
@@ -268,12 +295,13 @@ def discover(paths: list[str], cluster_id: str | None = None) -> tuple[list[Inpu
         if root is not None and info.kind in (FileKind.SEGMENT, FileKind.SNAPSHOT) and _in_other_partition_dir(path, root):
             skipped.append((path, "belongs to another topic partition, not __cluster_metadata-0"))
             return False
-        confirmed = _sniff(path, info, size, explicit) if size > 0 or info.kind in (FileKind.UNKNOWN, FileKind.DUMP_TEXT) else info
-        if confirmed is None:
+        sniffed = _sniff(path, info, size, explicit) if size > 0 or info.kind in (FileKind.UNKNOWN, FileKind.DUMP_TEXT) else (info, 0)
+        if sniffed is None:
             skipped.append((path, "not a KRaft metadata file"))
             return False
+        confirmed, data_start = sniffed
         if path not in found:
-            found[path] = InputFile(path, confirmed, size, cluster_id or _cluster_id_for(path))
+            found[path] = InputFile(path, confirmed, size, cluster_id or _cluster_id_for(path), data_start)
         return True
 
     for raw in paths:
@@ -313,3 +341,19 @@ def discover(paths: list[str], cluster_id: str | None = None) -> tuple[list[Inpu
                 raise IngestError(f"{raw}: permission denied; make it readable (chmod +r)")
             take(p, file_size(p), True, None)
     return list(found.values()), skipped
+
+
+# Reason code of the quarantine row for a damaged prefix (bytes before a file's first valid batch).
+CORRUPT_PREFIX = "CORRUPT_PREFIX"
+
+
+def damaged_prefix_error(files: list[InputFile]) -> str | None:
+    """The ``--strict`` error for input files with a damaged prefix (None when there is none)."""
+    bad = [f for f in files if f.data_start > 0]
+    if not bad:
+        return None
+    f = bad[0]
+    more = f" (and {len(bad) - 1} more file(s))" if len(bad) > 1 else ""
+    return (f"--strict: {f.path}: bytes 0..{f.data_start} before the first valid batch cannot be decoded "
+            f"({CORRUPT_PREFIX}: damaged first batch header; the batch chain resumes at byte {f.data_start}){more}; "
+            "nothing committed. Re-run without --strict to ingest the valid batches and quarantine the rest")

@@ -1,4 +1,4 @@
-"""The five bronze tables: Spark schemas (from the Arrow contracts in ``codec.arrow``) and partitioning.
+"""The five bronze tables: Spark schemas (from the Arrow contracts in ``ingest.schemas``) and partitioning.
 
 ``metadata_log`` is partitioned by ``cluster_id`` and ``offset_bucket`` (offset div 1,000,000) so
 replay scans of an offset range prune files; the others by ``cluster_id`` (``ingest_files`` is not
@@ -13,7 +13,8 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from kraft_replay.codec.arrow import (
+from kraft_replay.ingest.errors import IngestError
+from kraft_replay.ingest.schemas import (
     CONTROL_SCHEMA,
     FILES_SCHEMA,
     LOG_SCHEMA,
@@ -60,6 +61,20 @@ BRONZE_TABLES: dict[str, BronzeTable] = {
 
 
 def ensure_bronze_tables(lake) -> None:  # noqa: ANN001 - kraft_replay.lake.Lake
-    """Create any missing bronze table with its contract schema and partitioning."""
+    """Create any missing bronze table with its contract schema and partitioning.
+
+    A table made by an older version that lacks a column of the contract (e.g. ``ingest_quarantine``
+    before ``records``) is refused with a one-line :class:`~kraft_replay.ingest.errors.IngestError`
+    naming the table, the columns and the fix (the lake layer cannot add columns yet)."""
+    for t in BRONZE_TABLES.values():      # every table checked before any is created
+        if lake.exists(t.name):
+            have = set(lake.schema(t.name).fieldNames())
+            missing = [f for f in t.schema.fields if f.name not in have]
+            if missing:
+                cols = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
+                raise IngestError(
+                    f"table {t.name} in lake {lake.root} was made by an older kraft-replay and lacks column(s) {cols}; "
+                    f"add them as nullable columns (Delta: ALTER TABLE {t.name} ADD COLUMNS ({cols})) or move the "
+                    f"table's directory aside and ingest again")
     for t in BRONZE_TABLES.values():
         lake.create_table(t.name, t.schema, partition_by=list(t.partition_by))

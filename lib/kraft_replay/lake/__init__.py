@@ -5,6 +5,7 @@ Knows nothing of Kafka. See docs/design.md ("lake") for the contract.
 
 from kraft_replay.lake.api import Lake, TableInfo
 from kraft_replay.lake.deltars import CommitResult
+from kraft_replay.lake.publish import PUBLISHED, Rollback, rollback_line
 from kraft_replay.lake.errors import (
     BackendUnavailableError,
     CommitConflictError,
@@ -25,7 +26,10 @@ __all__ = [
     "Lake",
     "LakeError",
     "LakeNotWritableError",
+    "PUBLISHED",
+    "Rollback",
     "SchemaMismatchError",
     "TableInfo",
     "UnknownTableError",
+    "rollback_line",
 ]

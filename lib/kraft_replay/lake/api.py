@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -12,16 +15,20 @@ from pyspark.sql.types import StructType
 from kraft_replay.lake.backend import LakeBackend, make_backend
 from kraft_replay.lake.deltars import CommitResult
 from kraft_replay.lake.errors import InvalidArgumentError
+from kraft_replay.lake.publish import PUBLISHED, Rollback, dead_commits, delete_files
 
 if TYPE_CHECKING:
     from kraft_replay.lake.staged import StagedWrite
 
 Backend = Literal["auto", "deltars", "delta-spark"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class TableInfo:
-    """One table of the lake: its latest version, row count and schema."""
+    """One table of the lake as readers see it: the version read (the published version of a
+    published table, else the latest), its row count, schema and files; ``head_version`` is the
+    newest commit (past ``version`` while a run is in flight or after one that did not publish)."""
 
     name: str
     version: int
@@ -29,6 +36,21 @@ class TableInfo:
     schema: StructType
     partition_by: tuple[str, ...] = ()
     num_files: int = 0
+    head_version: int | None = None
+    published: bool = False
+
+    @property
+    def unpublished_commits(self) -> int:
+        return 0 if self.head_version is None else max(0, self.head_version - self.version)
+
+
+@dataclass
+class _Run:
+    """The run in progress on this Lake object (see :meth:`Lake.start_run`)."""
+
+    run_id: str
+    tables: set[str]
+    checked: set[str] = field(default_factory=set)  # tables whose adoption was settled
 
 
 def _valid_name(name: str) -> str:
@@ -56,6 +78,7 @@ class Lake:
         self._impl: LakeBackend = make_backend(backend, str(root), spark, self.target_file_rows, storage_options)
         self.root = self._impl.root.uri
         self.backend: str = self._impl.name
+        self._run: _Run | None = None
 
     def __repr__(self) -> str:
         return f"Lake({self.root!r}, backend={self.backend!r})"
@@ -73,17 +96,24 @@ class Lake:
         return self._impl.schema(_valid_name(name))
 
     def version(self, name: str) -> int:
+        """The newest commit of ``name`` (for a published table this may be past what readers see:
+        see :meth:`published_version`)."""
         return self._impl.version(_valid_name(name))
 
     def table_names(self) -> list[str]:
         return self._impl.table_names()
 
-    def tables(self) -> list[TableInfo]:
-        """Every table: name, latest version, row count (from file statistics) and schema."""
+    def tables(self, latest: bool = False) -> list[TableInfo]:
+        """Every table as readers see it: name, version read (published, else latest), row count
+        (from file statistics), schema and the newest commit; ``latest=True``: every table's head."""
+        published = {} if latest else self.published_versions()
         out = []
         for name in self._impl.table_names():
-            version, rows, schema, parts, files = self._impl.table_info(name)
-            out.append(TableInfo(name, version, rows, schema, tuple(parts), files))
+            pv = published.get(name)
+            version, rows, schema, parts, files = self._impl.table_info(name, pv)
+            head = self._impl.version(name) if pv is not None else version
+            out.append(TableInfo(name, version, rows, schema, tuple(parts), files, head_version=head,
+                                 published=pv is not None))
         return out
 
     def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
@@ -94,12 +124,14 @@ class Lake:
 
     def append(self, name: str, df: DataFrame, txn: tuple[str, int] | None = None) -> CommitResult:
         """Append ``df`` in one commit; with ``txn=(app_id, version)`` a repeat of a committed txn is skipped."""
-        return self._impl.write(_valid_name(name), df, mode="append", txn=txn)
+        name = _valid_name(name)
+        return self._write(name, lambda: self._impl.write(name, df, mode="append", txn=txn))
 
     def overwrite(self, name: str, df: DataFrame, replace_where: str | None = None,
                   txn: tuple[str, int] | None = None) -> CommitResult:
         """Replace the whole table, or only the partitions matching ``replace_where`` (partition columns only)."""
-        return self._impl.write(_valid_name(name), df, mode="overwrite", replace_where=replace_where, txn=txn)
+        name = _valid_name(name)
+        return self._write(name, lambda: self._impl.write(name, df, mode="overwrite", replace_where=replace_where, txn=txn))
 
     def new_staging(self, name: str) -> "StagedWrite":
         """A fresh staging directory inside table ``name`` for files written outside Spark's writer
@@ -117,7 +149,8 @@ class Lake:
         same commit. See ``lake.staged``."""
         from kraft_replay.lake import staged as _staged
 
-        return _staged.commit_staged(self._impl, _staged.check_staged(staged), txn, replace_where)
+        staged = _staged.check_staged(staged)
+        return self._write(staged.table, lambda: _staged.commit_staged(self._impl, staged, txn, replace_where))
 
     def abort_staged(self, staged: "StagedWrite") -> None:
         """Drop an uncommitted staged write (its files were never visible)."""
@@ -127,39 +160,180 @@ class Lake:
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
         """Upsert a small DataFrame: rows with equal ``keys`` are replaced, others inserted."""
-        return self._impl.merge(_valid_name(name), df, list(keys), txn=txn)
+        name = _valid_name(name)
+        return self._write(name, lambda: self._impl.merge(name, df, list(keys), txn=txn))
 
     def compact(self, name: str) -> CommitResult:
         """Rewrite small files into files of about ``target_file_rows`` rows (dataChange=false)."""
-        return self._impl.compact(_valid_name(name))
+        name = _valid_name(name)
+        return self._write(name, lambda: self._impl.compact(name))
 
     def vacuum(self, name: str, retain_hours: float = 168.0) -> list[str]:
         """Delete unreferenced files older than ``retain_hours`` (and never-committed staged files)."""
         if retain_hours < 0:
             raise InvalidArgumentError(f"retain_hours must be >= 0, got {retain_hours}")
-        return self._impl.vacuum(_valid_name(name), retain_hours)
+        name = _valid_name(name)
+        return self._write(name, lambda: self._impl.vacuum(name, retain_hours))
+
+    # ---- published versions and runs (see kraft_replay.lake.publish) -------------------------
+
+    def published_versions(self) -> dict[str, int]:
+        """The published version of every table that has one."""
+        return {n: int(r["version"]) for n, r in self._impl.read_published().items()}
+
+    def published_version(self, name: str) -> int | None:
+        """The version readers see of ``name`` (None: never published, readers see its latest version)."""
+        return self.published_versions().get(_valid_name(name))
+
+    def publish(self, tables: Iterable[str], run_id: str, versions: dict[str, int] | None = None) -> dict[str, int]:
+        """Make ``tables`` visible to readers at ``versions`` (default: their latest versions) in ONE
+        commit of the lake's ``_published`` table: the atomic visibility point of a run. Ends the
+        run ``run_id`` if it is the one in progress. Returns the published versions."""
+        names = sorted({_valid_name(t) for t in tables})
+        if not names:
+            raise InvalidArgumentError("publish needs at least one table")
+        if not run_id or not isinstance(run_id, str):
+            raise InvalidArgumentError(f"publish needs a run id (non-empty string), got {run_id!r}")
+        versions = dict(versions or {})
+        extra = sorted(set(versions) - set(names))
+        if extra:
+            raise InvalidArgumentError(f"publish: version given for {extra[0]!r}, which is not among the tables {names}")
+        current = self._impl.read_published()
+        chosen: dict[str, int] = {}
+        for n in names:
+            head = self._impl.version(n)
+            v = int(versions.get(n, head))
+            if not 0 <= v <= head:
+                raise InvalidArgumentError(f"publish: table {n!r} has versions 0..{head}, not {v}")
+            old = current.get(n)
+            if old is not None and v < int(old["version"]):
+                raise InvalidArgumentError(f"publish: table {n!r} is published at version {old['version']}; a lower "
+                                           f"version ({v}) cannot be published (restore the table instead)")
+            chosen[n] = v
+        self._write_published(current, chosen, run_id)
+        if self._run is not None and self._run.run_id == run_id:
+            self._run = None
+        return chosen
+
+    def start_run(self, run_id: str, tables: Iterable[str]) -> list[Rollback]:
+        """Start a run that will write ``tables`` and end with :meth:`publish`.
+
+        Assumes one writer per lake at a time: every published table whose latest version is past
+        its published version holds commits of an earlier run that never published (killed or
+        failed); each is rolled back to its published version (one RESTORE commit, the dead
+        commits' data files deleted, txn app ids reset on the embedded backend) and the restore
+        published. Returns what was rolled back (:func:`kraft_replay.lake.publish.rollback_line`
+        says it in one line). Until :meth:`publish` (or :meth:`end_run`), the first write to a
+        table that was never published first publishes its current state."""
+        if not run_id or not isinstance(run_id, str):
+            raise InvalidArgumentError(f"start_run needs a run id (non-empty string), got {run_id!r}")
+        names = {_valid_name(t) for t in tables}
+        self._run = None
+        rolled = self.rollback_unpublished(run_id=run_id)
+        self._run = _Run(run_id, names)
+        return rolled
+
+    def end_run(self) -> None:
+        """Forget the run in progress without publishing (its commits stay invisible; the next run
+        rolls them back)."""
+        self._run = None
+
+    @property
+    def run_id(self) -> str | None:
+        """The run in progress on this Lake object, if any."""
+        return None if self._run is None else self._run.run_id
+
+    def rollback_unpublished(self, tables: Iterable[str] | None = None, run_id: str = "") -> list[Rollback]:
+        """Roll back every published table (or those of ``tables``) whose latest version is past its
+        published version; see :meth:`start_run`."""
+        only = None if tables is None else {_valid_name(t) for t in tables}
+        current = self._impl.read_published()
+        out: list[Rollback] = []
+        for name in sorted(current):
+            if (only is not None and name not in only) or not self._impl.exists(name):
+                continue
+            published = int(current[name]["version"])
+            head = self._impl.version(name)
+            if head <= published:
+                continue
+            loc = self._impl.root.child(name)
+            dead = dead_commits(loc, published, head)
+            keep = self._impl.file_paths(name, published)
+            txns = self._impl.txn_versions(name, published, dead.app_ids)
+            version = self._impl.restore(name, published, txns)
+            removed = delete_files(loc, dead.added - keep)
+            out.append(Rollback(name, head, published, version, removed))
+        if out:
+            # the restore commits hold the published rows: publishing them ends the rollback
+            self._write_published(current, {r.table: r.version for r in out}, f"rollback-{run_id or uuid.uuid4().hex[:12]}")
+        return out
+
+    def _write_published(self, current: dict[str, dict[str, Any]], chosen: dict[str, int], run_id: str) -> None:
+        now = datetime.now(timezone.utc)
+        rows = {n: {"table_name": n, "version": int(r["version"]), "run_id": r.get("run_id"),
+                    "published_at": r.get("published_at")} for n, r in current.items()}
+        for n, v in chosen.items():
+            rows[n] = {"table_name": n, "version": int(v), "run_id": run_id, "published_at": now}
+        self._impl.write_published([rows[n] for n in sorted(rows)], run_id)
+
+    def _write(self, name: str, op: Callable[[], T]) -> T:
+        """Run the commit ``op`` on ``name`` under the publishing rules (see ``lake.publish``): inside
+        a run, first publish the state of run tables never published; outside a run, a write to a
+        published table is a run of its own (roll back, write, publish)."""
+        if name == PUBLISHED:
+            raise InvalidArgumentError(f"table {PUBLISHED!r} is the lake's own; use lake.publish")
+        run = self._run
+        if run is not None:
+            todo = (run.tables | {name}) - run.checked
+            if todo:
+                current = self._impl.read_published()
+                fresh = {t: self._impl.version(t) for t in sorted(todo) if t not in current and self._impl.exists(t)}
+                if fresh:
+                    self._write_published(current, fresh, f"adopt-{run.run_id}")
+                run.checked |= todo
+            return op()
+        if name not in self._impl.read_published():
+            return op()  # never published: readers see the latest version, as before
+        self.rollback_unpublished([name])
+        result = op()
+        current = self._impl.read_published()
+        head = self._impl.version(name)
+        if head > int(current[name]["version"]):
+            self._write_published(current, {name: head}, f"auto-{uuid.uuid4().hex[:12]}")
+        return result
 
     # ---- reads -------------------------------------------------------------------------------
 
     def read(self, name: str, version: int | None = None, timestamp: Any = None,
-             where: str | None = None) -> DataFrame:
-        """Rows of ``name`` at the latest version, a ``version`` or a ``timestamp`` (datetime or ISO string).
+             where: str | None = None, latest: bool = False) -> DataFrame:
+        """Rows of ``name`` as readers see it — at its published version if it has ever been
+        published, else at the latest version — or at a ``version`` or a ``timestamp`` (datetime or
+        ISO string). ``latest=True`` reads the newest commit even when it is unpublished (writers
+        checking what their own run wrote).
 
         A timestamp selects the latest version committed at or before it (delta-rs dates a commit
-        by its log file's modification time); one before the first commit is an error.
+        by its log file's modification time); one before the first commit is an error. Versions of
+        a rolled-back run (see ``lake.publish``) cannot be read: their files are deleted.
 
         ``where`` is an optional SQL predicate on partition columns that prunes files before Spark
         plans the scan (filters applied later on the DataFrame are pruned by Spark as well).
         """
         if version is not None and timestamp is not None:
             raise InvalidArgumentError("pass version or timestamp, not both")
-        return self._impl.read(_valid_name(name), version=version, timestamp=timestamp, where=where)
+        if latest and (version is not None or timestamp is not None):
+            raise InvalidArgumentError("latest=True reads the newest commit; do not pass a version or timestamp too")
+        name = _valid_name(name)
+        if version is None and timestamp is None and not latest:
+            version = self.published_versions().get(name)
+        return self._impl.read(name, version=version, timestamp=timestamp, where=where)
 
-    def register_views(self) -> list[str]:
-        """Register every table's latest snapshot as a Spark temp view named after it."""
+    def register_views(self, latest: bool = False) -> list[str]:
+        """Register every table as readers see it (published version, else latest) as a Spark temp
+        view named after it; ``latest=True``: the newest commits."""
         names = self._impl.table_names()
+        published = {} if latest else self.published_versions()
         for name in names:
-            self._impl.read(name).createOrReplaceTempView(name)
+            self._impl.read(name, version=published.get(name)).createOrReplaceTempView(name)
         return names
 
     # ---- streaming ---------------------------------------------------------------------------
@@ -169,12 +343,28 @@ class Lake:
                     skip_change_commits: bool = False) -> DataFrame:
         """A streaming DataFrame over ``name``: the snapshot at start (or the commits from
         ``starting_version`` on), then each new commit's added rows. A commit that removes rows
-        (overwrite/merge) fails the query unless ``skip_change_commits`` skips such commits."""
-        return self._impl.read_stream(_valid_name(name), max_files_per_trigger=max_files_per_trigger,
+        (overwrite/merge) fails the query unless ``skip_change_commits`` skips such commits.
+
+        A published table is streamed as readers see it: offsets never pass its published version,
+        and the commits of a rolled-back run are skipped (see ``lake.publish``)."""
+        name = _valid_name(name)
+        published = self.published_versions().get(name)
+        if starting_version is not None and published is not None and starting_version > published:
+            raise InvalidArgumentError(f"table {name!r}: starting_version {starting_version} is past its published "
+                                       f"version {published}")
+        return self._impl.read_stream(name, max_files_per_trigger=max_files_per_trigger,
                                       max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
-                                      skip_change_commits=skip_change_commits)
+                                      skip_change_commits=skip_change_commits, published=published is not None)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> StreamingQuery:
-        """Start an exactly-once streaming append into ``name`` (foreachBatch + Delta txn per batch)."""
-        return self._impl.write_stream(df, _valid_name(name), checkpoint, trigger=trigger, query_name=query_name)
+        """Start an exactly-once streaming append into ``name`` (foreachBatch + Delta txn per batch).
+
+        Not into a published table: those are written by runs (``lake.publish``), and the sink's
+        exactly-once txn ids must outlive restarts, which a rollback of its commits would break."""
+        name = _valid_name(name)
+        if name == PUBLISHED or self.published_versions().get(name) is not None:
+            raise InvalidArgumentError(f"table {name!r} is published by runs (ingest, generate: see lake.publish); "
+                                       "a streaming sink cannot write into it exactly-once; write the stream into "
+                                       "another table")
+        return self._impl.write_stream(df, name, checkpoint, trigger=trigger, query_name=query_name)

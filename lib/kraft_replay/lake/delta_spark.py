@@ -10,7 +10,13 @@ used otherwise. Every operation maps onto one delta-spark call:
 - merge: ``DeltaTable.merge`` (with the txn in ``spark.databricks.delta.write.txnAppId/txnVersion``)
 - compact / vacuum / history: ``optimize().executeCompaction()``, ``vacuum``, ``history``
 - streaming: ``readStream.format("delta")`` (``maxFilesPerTrigger``) and the same foreachBatch +
-  txn sink as the embedded backend.
+  txn sink as the embedded backend; a table that has been published (``lake.publish``) is streamed
+  by the lake's own source instead (``lake.stream``: it stops at the published version and skips
+  rolled-back runs, which Delta's source cannot), reading the Delta log and Parquet files directly.
+- published versions (``lake.publish``): the ``_published`` table read and overwritten with
+  ``format("delta")``; rollback with ``DeltaTable.restoreToVersion``. Delta's RESTORE keeps the
+  ``txn`` app ids the rolled-back commits recorded, so writers inside a run use app ids unique to
+  the run (the embedded backend resets them in its rollback commit).
 
 Tables are interchangeable between backends: both write standard Delta tables.
 """
@@ -52,7 +58,8 @@ class DeltaSparkBackend:
                       and self.root.fs.get_file_info(f"{i.path}/_delta_log").type == pafs.FileType.Directory)
 
     def exists(self, name: str) -> bool:
-        return name in self.table_names()
+        loc = self.root.child(name)
+        return loc.fs.get_file_info(f"{loc.fs_path}/_delta_log").type == pafs.FileType.Directory
 
     def _table(self, name: str) -> Any:
         if not self.exists(name):
@@ -131,16 +138,74 @@ class DeltaSparkBackend:
         rows = (self._table(name).history(limit) if limit else self._table(name).history()).collect()
         return [r.asDict(recursive=True) for r in rows]
 
-    def table_info(self, name: str) -> tuple[int, int, StructType, list[str], int]:
-        """(version, rows, schema, partition columns, files) of the latest snapshot."""
+    def table_info(self, name: str, version: int | None = None) -> tuple[int, int, StructType, list[str], int]:
+        """(version, rows, schema, partition columns, files) of the latest snapshot (or of ``version``)."""
         detail = self._table(name).detail().collect()[0]
-        df = self.read(name)
-        return (self.version(name), df.count(), df.schema, list(detail["partitionColumns"]),
-                int(detail["numFiles"]))
+        df = self.read(name, version=version)
+        if version is None:
+            return (self.version(name), df.count(), df.schema, list(detail["partitionColumns"]),
+                    int(detail["numFiles"]))
+        return (int(version), df.count(), df.schema, list(detail["partitionColumns"]), len(df.inputFiles()))
+
+    # ---- published versions (see lake.publish) -----------------------------------------------
+
+    def read_published(self) -> dict[str, dict[str, Any]]:
+        """The ``_published`` rows by table name ({} when nothing was ever published)."""
+        from kraft_replay.lake.publish import PUBLISHED
+
+        if not self.exists(PUBLISHED):
+            return {}
+        rows = self.spark.read.format("delta").load(self._path(PUBLISHED)).collect()
+        return {r["table_name"]: r.asDict() for r in rows}
+
+    def write_published(self, rows: list[dict[str, Any]], run_id: str) -> int:
+        """Replace the ``_published`` rows in one commit (the visibility point); returns its version."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_SCHEMA
+
+        schema = from_arrow_schema(PUBLISHED_SCHEMA)
+        df = self.spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows], schema)
+        (df.coalesce(1).write.format("delta").mode("overwrite")
+         .option("userMetadata", f"kraft_replay PUBLISH {run_id}").save(self._path(PUBLISHED)))
+        return self.version(PUBLISHED)
+
+    def restore(self, name: str, version: int, txns: dict[str, int] | None = None) -> int:
+        """Restore ``name`` to ``version`` in one new commit (a rollback); returns the new version.
+        Delta's RESTORE cannot reset txn app ids: ``txns`` is ignored (see the module docstring)."""
+        self._table(name).restoreToVersion(int(version))
+        return self.version(name)
+
+    def txn_versions(self, name: str, version: int, app_ids: set[str]) -> dict[str, int]:
+        return {}  # not needed: restore() cannot reset them
+
+    def file_paths(self, name: str, version: int) -> set[str]:
+        """Data files (relative to the table, decoded) of the snapshot at ``version``."""
+        from urllib.parse import unquote
+
+        loc = self.root.child(name)
+        prefix = loc.fs_path.rstrip("/") + "/"
+        out = set()
+        for p in self.read(name, version=version).inputFiles():
+            local = unquote(p.split("://", 1)[-1] if "://" in p else p.split(":", 1)[-1])
+            idx = local.find(prefix)
+            out.add(local[idx + len(prefix):] if idx >= 0 else local)
+        return out
 
     def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
                     max_rows_per_trigger: int | None = None, starting_version: int | None = None,
-                    skip_change_commits: bool = False) -> DataFrame:
+                    skip_change_commits: bool = False, published: bool = False) -> DataFrame:
+        if published:
+            # Delta's own source cannot stop at a published version: the lake's source reads the log
+            from kraft_replay.lake.publish import PUBLISHED
+            from kraft_replay.lake.stream import stream_table
+
+            detail = self._table(name).detail().collect()[0]
+            return stream_table(self.spark, self.root.child(name).uri, self.schema(name),
+                                list(detail["partitionColumns"]), max_files_per_trigger=max_files_per_trigger,
+                                max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
+                                skip_change_commits=skip_change_commits,
+                                published_uri=self.root.child(PUBLISHED).uri, table_name=name)
         if max_rows_per_trigger is not None:
             raise InvalidArgumentError("backend 'delta-spark' has no rows-per-trigger limit; "
                                        "use max_files_per_trigger")

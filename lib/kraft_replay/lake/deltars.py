@@ -340,7 +340,7 @@ class DeltaRsBackend:
                 if (col in snap.partition_by and action.partition_values.get(col) is None) or nulls.get(col, 0) > 0:
                     raise SchemaMismatchError(
                         f"table {snap.name!r}: column {col!r} is NOT NULL but the DataFrame has null values "
-                        "in it; filter or fill them before writing (nothing was committed)")
+                        "in it; filter or fill them before writing (the write was not committed)")
 
     def _commit(self, name: str, snap: Snapshot, actions: list[AddAction | RemoveAction],
                 txn: tuple[str, int] | None, operation: str) -> int:
@@ -359,7 +359,7 @@ class DeltaRsBackend:
         except (DeltaError, OSError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise LakeError(f"table {name!r} at {self.location(name).uri}: commit failed ({first}); "
-                            "nothing was committed, rerun the job") from None
+                            "this commit was not made; rerun the job") from None
         # The commit may have landed after concurrent ones: find its version by its id, reading
         # the commit files after the snapshot it was based on.
         loc = self.location(name)
@@ -656,10 +656,73 @@ class DeltaRsBackend:
     def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
         return self._open(name).history(limit)
 
-    def table_info(self, name: str) -> tuple[int, int, StructType, list[str], int]:
-        """(version, rows, schema, partition columns, files) of the latest snapshot."""
-        snap = self.snapshot(name)
+    def table_info(self, name: str, version: int | None = None) -> tuple[int, int, StructType, list[str], int]:
+        """(version, rows, schema, partition columns, files) of the latest snapshot (or of ``version``)."""
+        snap = self.snapshot(name, version)
         return snap.version, self.num_rows(snap), snap.schema, snap.partition_by, len(snap.files)
+
+    # ---- published versions (see lake.publish) -----------------------------------------------
+
+    def read_published(self) -> dict[str, dict[str, Any]]:
+        """The ``_published`` rows by table name ({} when nothing was ever published)."""
+        from kraft_replay.lake.publish import PUBLISHED
+
+        if not self.exists(PUBLISHED):
+            return {}
+        rows = self._open(PUBLISHED).to_pyarrow_table().to_pylist()
+        return {r["table_name"]: r for r in rows}
+
+    def write_published(self, rows: list[dict[str, Any]], run_id: str) -> int:
+        """Replace the ``_published`` rows in one commit (the visibility point); returns its version."""
+        from deltalake import write_deltalake
+
+        from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_SCHEMA
+
+        self._check_root_writable()
+        loc = self.location(PUBLISHED)
+        props = CommitProperties(custom_metadata={"kraft_replay.operation": "PUBLISH", "kraft_replay.runId": run_id},
+                                 max_commit_retries=COMMIT_RETRIES)
+        try:
+            write_deltalake(loc.uri, pa.Table.from_pylist(rows, schema=PUBLISHED_SCHEMA), mode="overwrite",
+                            storage_options=self.storage_options, commit_properties=props)
+        except (DeltaError, OSError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LakeError(f"lake {self.root.uri}: publishing run {run_id} failed ({first}); the run's commits stay "
+                            "unpublished (invisible to readers) and the next run rolls them back; rerun the job") from None
+        return self._open(PUBLISHED).version()
+
+    def restore(self, name: str, version: int, txns: dict[str, int] | None = None) -> int:
+        """Restore ``name`` to ``version`` in one new commit (a rollback) that also sets the txn app ids
+        in ``txns`` to the given versions (-1: none); returns the new version."""
+        from kraft_replay.lake.publish import ROLLBACK_KEY
+
+        dt = self._open(name)
+        props = CommitProperties(
+            custom_metadata={"kraft_replay.operation": "ROLLBACK", ROLLBACK_KEY: str(int(version))},
+            app_transactions=[Transaction(app, int(v)) for app, v in sorted((txns or {}).items())] or None,
+        )
+        try:
+            dt.restore(int(version), commit_properties=props)
+        except (DeltaError, OSError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LakeError(f"table {name!r} at {self.location(name).uri}: rolling back to version {version} failed "
+                            f"({first}); readers still see version {version}; check the table's history") from None
+        return self._open(name).version()
+
+    def txn_versions(self, name: str, version: int, app_ids: set[str]) -> dict[str, int]:
+        """The txn version of each app id at table version ``version`` (-1 when it has none)."""
+        if not app_ids:
+            return {}
+        dt = self._open(name, version)
+        out = {}
+        for app in app_ids:
+            v = dt.transaction_version(app)
+            out[app] = -1 if v is None else int(v)
+        return out
+
+    def file_paths(self, name: str, version: int) -> set[str]:
+        """Data files (relative, decoded) of the snapshot at ``version``."""
+        return {f.path for f in self.snapshot(name, version).files}
 
     def num_rows(self, snap: Snapshot) -> int:
         """Row count from the add actions' statistics; counts with Spark only files lacking them."""
@@ -671,8 +734,10 @@ class DeltaRsBackend:
 
     def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
                     max_rows_per_trigger: int | None = None, starting_version: int | None = None,
-                    skip_change_commits: bool = False) -> DataFrame:
-        """Streaming DataFrame over ``name`` via the lake's Python data source (see ``lake.stream``)."""
+                    skip_change_commits: bool = False, published: bool = False) -> DataFrame:
+        """Streaming DataFrame over ``name`` via the lake's Python data source (see ``lake.stream``).
+        Offsets stop at the table's published version whenever it has one (``published`` is implied)."""
+        from kraft_replay.lake.publish import PUBLISHED
         from kraft_replay.lake.stream import stream_table
 
         for label, value in (("max_files_per_trigger", max_files_per_trigger),
@@ -686,7 +751,8 @@ class DeltaRsBackend:
                             list(snap.metadata().partition_columns),
                             max_files_per_trigger=max_files_per_trigger,
                             max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
-                            skip_change_commits=skip_change_commits)
+                            skip_change_commits=skip_change_commits,
+                            published_uri=self.location(PUBLISHED).uri, table_name=name)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> Any:

@@ -333,15 +333,15 @@ def check_file_schemas(info: StagedWrite, location: _files.Location, files: list
         for i, (name, dtype) in enumerate(want):
             if name not in names:
                 raise SchemaMismatchError(f"table {info.table!r}: staged file {rel} lacks column {name!r}; "
-                                          "write it with the table's schema (nothing was committed)")
+                                          "write it with the table's schema (the write was not committed)")
             if not same_type(from_arrow_type(got.field(name).type), dtype):
                 raise SchemaMismatchError(
                     f"table {info.table!r}: column {name!r} is {got.field(name).type} in staged file {rel} but "
-                    f"{dtype.simpleString()} in the table; write it with the table's type (nothing was committed)")
+                    f"{dtype.simpleString()} in the table; write it with the table's type (the write was not committed)")
         extra = [n for n in names if n not in {n for n, _ in want}]
         if extra:
             raise SchemaMismatchError(f"table {info.table!r}: staged file {rel} has column {extra[0]!r} that is not "
-                                      "a data column of the table; drop it (nothing was committed)")
+                                      "a data column of the table; drop it (the write was not committed)")
 
 
 def check_staged(info: object) -> StagedWrite:
@@ -405,7 +405,7 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  
             return CommitResult(name, None, skipped=True)
         if list(snap.partition_by) != list(staged.partition_by):
             raise SchemaMismatchError(f"table {name!r} is partitioned by {snap.partition_by}, the staged write by "
-                                      f"{list(staged.partition_by)}; start a new staged write (nothing was committed)")
+                                      f"{list(staged.partition_by)}; start a new staged write (the write was not committed)")
         if replace_where is not None:
             backend._check_partition_predicate(snap, replace_where)
         data_schema = StructType([f for f in snap.schema.fields if f.name not in snap.partition_by])
@@ -418,7 +418,7 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  
             if outside:
                 raise InvalidArgumentError(
                     f"table {name!r}: staged commit with replace_where={replace_where!r} has files in partition "
-                    f"{outside[0]} that the predicate does not match; write only matching rows (nothing was committed)")
+                    f"{outside[0]} that the predicate does not match; write only matching rows (the write was not committed)")
         if not adds and txn is None and replace_where is None:
             _files.delete_staging(loc, staged.staging)
             return CommitResult(name, None)

@@ -9,6 +9,13 @@ with an error naming the version, unless ``skip_change_commits`` is set, which s
 whole. An offset is ``{"snapshot": s, "version": v, "index": i}``: every file before file ``i``
 of version ``v`` has been read (``s`` is the snapshot version the query started from, or -1).
 
+Published versions (``lake.publish``): for a table that has ever been published, offsets never
+pass its published version (read from the lake's ``_published`` table each time the source looks
+for new data), so a run in flight, killed or failed is never streamed. A rollback of such a run
+(a RESTORE commit ``r`` back to the published version ``t``) makes versions ``t+1 .. r`` dead: the
+source skips them, as they cancel out (their adds were never published, ``r`` removes them). A
+RESTORE that reverts rows the query already read is a change commit like an overwrite.
+
 Shape, chosen for speed: offsets and file lists are planned on the driver from the Delta log;
 each Spark partition gets a *bin of whole files* (bins balanced by bytes, about two per core) and
 reads them with pyarrow's Parquet reader, yielding 64k-row ``pyarrow.RecordBatch``es that Spark
@@ -64,8 +71,11 @@ class FileBin(InputPartition):
         self.files = files
 
 
-def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> tuple[list[_File], bool]:
-    """Added data files (dataChange=true) of one commit, in log order, and whether it removes rows."""
+def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> tuple[list[_File], bool, int | None]:
+    """Added data files (dataChange=true) of one commit, in log order, whether it removes rows, and
+    the version it restored the table to when it is a RESTORE (else None)."""
+    from kraft_replay.lake.publish import restore_target
+
     path = f"{table_path}/_delta_log/{version:020d}.json"
     try:
         with fs.open_input_stream(path) as fh:
@@ -76,10 +86,8 @@ def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> tuple[li
             f"version or a fresh checkpoint ({exc})") from None
     out: list[_File] = []
     removes_rows = False
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
+    actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for action in actions:
         remove = action.get("remove")
         if remove and remove.get("dataChange", True):
             removes_rows = True
@@ -88,7 +96,7 @@ def _commit_adds(fs: pafs.FileSystem, table_path: str, version: int) -> tuple[li
             stats = json.loads(add["stats"]) if add.get("stats") else {}
             out.append(_File(unquote(add["path"]), int(add.get("size", 0)), stats.get("numRecords"),
                              dict(add.get("partitionValues") or {})))
-    return out, removes_rows
+    return out, removes_rows, restore_target(actions)
 
 
 class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -107,8 +115,13 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.starting_version = int(options["starting_version"]) if options.get("starting_version") else None
         self.bins = max(1, int(options.get("bins", "4")))
         self.skip_change_commits = options.get("skip_change_commits", "false") == "true"
+        self.published_uri = options.get("published_uri") or None
+        self.table_name = options.get("table_name") or None
         self._fs, self._path = _fs_for(self.uri)
         self._cache: dict[tuple[int, int], list[_File]] = {}
+        self._commits: dict[int, tuple[list[_File], bool, int | None]] = {}
+        self._restore_of: dict[int, int | None] = {}  # version -> the version it restored to (RESTORE commits)
+        self._dead: set[int] = set()  # versions of rolled-back runs, skipped (see the module docstring)
         self._table = None
         self._until: int | None = None  # Trigger.AvailableNow: last version to read
 
@@ -118,13 +131,47 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- log access (driver) --
 
     def _latest(self) -> int:
+        """The newest version to read: the head, or the published version for a published table."""
         from deltalake import DeltaTable
 
         if self._table is None:
             self._table = DeltaTable(self.uri)
         else:
             self._table.update_incremental()
-        return self._table.version()
+        head = self._table.version()
+        cap = self._published_version()
+        return head if cap is None else min(head, cap)
+
+    def _published_version(self) -> int | None:
+        if not self.published_uri or not self.table_name:
+            return None
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            rows = DeltaTable(self.published_uri).to_pyarrow_table(
+                filters=[("table_name", "=", self.table_name)]).to_pylist()
+        except TableNotFoundError:
+            return None
+        return max((int(r["version"]) for r in rows), default=None)
+
+    def _commit(self, version: int) -> tuple[list[_File], bool, int | None]:
+        if version not in self._commits:
+            self._commits[version] = got = _commit_adds(self._fs, self._path, version)
+            self._restore_of[version] = got[2]
+        return self._commits[version]
+
+    def _mark_dead(self, start: dict, latest: int) -> None:
+        """Versions in ``[start, latest]`` of rolled-back runs: ``t+1 .. r`` for a RESTORE ``r`` back to
+        ``t`` when nothing after ``t`` has been read yet (else ``r`` is an ordinary change commit)."""
+        snap, v0, i0 = start["snapshot"], start["version"], start["index"]
+        read_through = v0 if (i0 > 0 or v0 == snap) else v0 - 1  # every version <= this has been (partly) read
+        for v in range(max(v0, snap + 1), latest + 1):
+            if v not in self._restore_of:
+                self._commit(v)
+            target = self._restore_of[v]
+            if target is not None and target >= read_through:
+                self._dead.update(range(target + 1, v + 1))
 
     def _files_of(self, snapshot: int, version: int) -> list[_File]:
         key = (snapshot, version)
@@ -143,8 +190,10 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 files = [_File(unquote(p), int(s), n, {c: _partition_string((pv or {}).get(c)) for c in self.partition_by})
                          for p, s, n, pv in zip(paths, sizes, nums, pvs)]
                 self._cache[key] = sorted(files, key=lambda f: f.path)
+            elif version in self._dead:
+                self._cache[key] = []
             else:
-                adds, removes_rows = _commit_adds(self._fs, self._path, version)
+                adds, removes_rows, _restored = self._commit(version)
                 if removes_rows and not self.skip_change_commits:
                     raise RuntimeError(
                         f"streaming source over {self.uri}: version {version} removes or rewrites rows "
@@ -185,6 +234,7 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_files = getattr(limit, "max_files", None)
             max_rows = getattr(limit, "max_rows", None)
         latest = self._latest() if self._until is None else self._until
+        self._mark_dead(start, latest)
         snap, v, i = start["snapshot"], start["version"], start["index"]
         files = rows = 0
         while v <= latest:
@@ -205,6 +255,9 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _between(self, start: dict, end: dict) -> list[_File]:
         snap = start["snapshot"]
+        if end["version"] > start["version"] or end["index"] > start["index"]:
+            # a restarted query replays a planned batch: find the rolled-back versions again
+            self._mark_dead(start, self._latest())
         out: list[_File] = []
         v, i = start["version"], start["index"]
         while (v, i) < (end["version"], end["index"]):
@@ -231,6 +284,8 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Files of versions before ``end`` will not be asked for again.
         for key in [k for k in self._cache if k[1] < end["version"]]:
             del self._cache[key]
+        for v in [v for v in self._commits if v < end["version"]]:
+            del self._commits[v]
 
     # -- data (executors) --
 
@@ -290,11 +345,16 @@ def register_source(spark: SparkSession) -> None:
 
 def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by: list[str], *,
                  max_files_per_trigger: int | None, max_rows_per_trigger: int | None,
-                 starting_version: int | None, skip_change_commits: bool = False) -> DataFrame:
-    """A streaming DataFrame over the table at ``uri`` (see the module docstring)."""
+                 starting_version: int | None, skip_change_commits: bool = False,
+                 published_uri: str | None = None, table_name: str | None = None) -> DataFrame:
+    """A streaming DataFrame over the table at ``uri`` (see the module docstring); with
+    ``published_uri`` (the lake's ``_published`` table) and ``table_name`` offsets stop at the
+    table's published version once it has one."""
     register_source(spark)
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("uri", uri)
+              .option("published_uri", published_uri or "")
+              .option("table_name", table_name or "")
               .option("skip_change_commits", "true" if skip_change_commits else "false")
               .option("schema", schema.json())
               .option("partition_by", json.dumps(partition_by))

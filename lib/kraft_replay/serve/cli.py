@@ -37,14 +37,39 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
+# Options every command takes, before or after the subcommand: (flags, keyword arguments, default).
+GLOBAL_OPTIONS: tuple[tuple[str, dict, object], ...] = (
+    ("--lake", {"metavar": "DIR", "help": "lake root (local dir or any URI delta-rs supports); default from the profile"}, None),
+    ("--profile", {"metavar": "NAME", "help": "conf/<profile>.yaml (local, cluster, ...); default local"}, "local"),
+    ("--backend", {"choices": ("auto", "deltars", "delta-spark"), "help": "Delta backend (default from the profile)"}, None),
+)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kraft-replay")
+    except PackageNotFoundError:  # run from a source tree without an install
+        return "unknown (not installed)"
+
+
+def _add_global_options(p: argparse.ArgumentParser, top: bool) -> None:
+    """The global options on ``p``. On a subcommand they default to SUPPRESS so a value given
+    before the subcommand is kept unless it is given again after it."""
+    have = set(p._option_string_actions)  # noqa: SLF001 - a subcommand may already define --lake itself
+    for flag, kwargs, default in GLOBAL_OPTIONS:
+        if flag not in have:
+            p.add_argument(flag, default=default if top else argparse.SUPPRESS, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kraft-replay",
         description="Replay Kafka's KRaft metadata log with Spark into Delta tables.",
     )
-    parser.add_argument("--lake", default=None, help="lake root (local dir or any URI delta-rs supports); default from the profile")
-    parser.add_argument("--profile", default="local", help="conf/<profile>.yaml (local, cluster, ...)")
-    parser.add_argument("--backend", choices=("auto", "deltars", "delta-spark"), default=None, help="Delta backend (default from the profile)")
+    parser.add_argument("--version", action="version", version=f"kraft-replay {_version()}")
+    _add_global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMANDS:
@@ -55,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for p in sub.choices.values():
+        _add_global_options(p, top=False)
     return parser
 
 

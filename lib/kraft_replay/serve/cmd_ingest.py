@@ -1,7 +1,10 @@
 """``kraft-replay ingest PATH... --lake DIR [--cluster-id ID] [--strict]``: KRaft files into the bronze tables.
 
-Exit 0 with a summary (a truncated tail is quarantined, not an error); exit 2 with one line on bad
-input, or under ``--strict`` when anything was quarantined (then nothing is committed).
+Exit 0 with a summary (a truncated tail or a damaged start of a segment is quarantined, not an
+error); exit 2 with one line on bad input, or under ``--strict`` when anything was quarantined (then
+nothing is committed), or when a commit fails (the line says which commits the run had made: they
+stay unpublished, invisible to readers, and the next run rolls them back). The run's commits become
+visible to readers together, when it publishes them as its last step.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kraft_replay.ingest import run_ingest
     from kraft_replay.ingest.errors import IngestError
-    from kraft_replay.ingest.sources import discover
+    from kraft_replay.ingest.sources import damaged_prefix_error, discover
     from kraft_replay.serve.common import open_lake
 
     if args.split_mb < 1:
         raise IngestError(f"--split-mb must be >= 1, got {args.split_mb}")
-    discover(list(args.paths), args.cluster_id)  # bad input fails here, before Spark starts
+    files, _skipped = discover(list(args.paths), args.cluster_id)  # bad input fails here, before Spark starts
+    if args.strict and damaged_prefix_error(files):
+        raise IngestError(damaged_prefix_error(files))
     spark, lake = open_lake(args)
 
     def say(line: str) -> None:

@@ -1,4 +1,5 @@
-"""``kraft-replay tables``: every table of the lake with its version, row count and schema."""
+"""``kraft-replay tables``: every table of the lake as readers see it (its published version, else its
+latest), with row count and schema, and any commits past it not yet published."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ def _run(args: argparse.Namespace) -> int:
     infos = lake.tables()
     if args.json:
         print(json.dumps([{"name": t.name, "version": t.version, "rows": t.num_rows, "files": t.num_files,
+                           "published": t.published, "head_version": t.head_version,
                            "partition_by": list(t.partition_by), "schema": json.loads(t.schema.json())}
                           for t in infos], indent=2))
         return 0
@@ -21,7 +23,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     for t in infos:
         parts = f"  partitioned by {', '.join(t.partition_by)}" if t.partition_by else ""
-        print(f"{t.name}  version {t.version}  rows {t.num_rows}  files {t.num_files}{parts}")
+        pending = (f"  ({t.unpublished_commits} unpublished commit(s) up to version {t.head_version}: a run in "
+                   "progress, or one that did not finish and that the next run rolls back)") if t.unpublished_commits else ""
+        print(f"{t.name}  version {t.version}  rows {t.num_rows}  files {t.num_files}{parts}{pending}")
         for f in t.schema.fields:
             print(f"    {f.name}: {f.dataType.simpleString()}{'' if f.nullable else ' not null'}")
     return 0

@@ -1,0 +1,216 @@
+"""The replay as one DataFrame plan: bronze tables in, every silver table out (docs/design.md,
+"Silver tables (replay)"; facts §4-§6).
+
+:func:`replay_tables` wires the stages:
+
+1. the committed log (:mod:`kraft_replay.replay.log`): batches, divergent copies, kept copies,
+   where replay starts, gaps, the snapshots to load, metadata transactions, visibility;
+2. the snapshots replay loads (§5.6), each replayed into an empty image by the same domain
+   functions (stream ``_sid`` = its END) — their entities become set events of the cluster's log
+   replay at END − 1, and what they do not mention deletion candidates;
+3. the domains (topics -> partitions and configs, brokers, controllers, features, client quotas,
+   ACLs, SCRAM credentials, delegation tokens, producer ids, ZK migration state) over the applied
+   records, each a pure ``DataFrame -> DataFrame`` function;
+4. ``replay_anomalies``, ``log_batches``, ``log_commit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kraft_replay.replay import log as L
+from kraft_replay.replay.acls import acls
+from kraft_replay.replay.brokers import brokers
+from kraft_replay.replay.client_quotas import client_quotas
+from kraft_replay.replay.configs import configs
+from kraft_replay.replay.controllers import controllers
+from kraft_replay.replay.delegation_tokens import delegation_tokens
+from kraft_replay.replay.features import features
+from kraft_replay.replay.partitions import partitions
+from kraft_replay.replay.producer_ids import producer_ids
+from kraft_replay.replay.records import PAYLOAD_COLUMNS
+from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
+from kraft_replay.replay.scram_credentials import scram_credentials
+from kraft_replay.replay.topics import topic_removals, topic_replacements, topics
+from kraft_replay.replay.versioning import MAIN, anomaly, conform, union_all
+from kraft_replay.replay.zk_migration_state import zk_migration_state
+
+__all__ = ["ReplayTables", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
+
+#: SQL settings replay_tables sets on the session (see its docstring)
+SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false"}
+
+
+@dataclass
+class ReplayTables:
+    """Every silver table of a replay (contract columns and types) and the ``ingest_quarantine``
+    rows of divergent copies."""
+
+    tables: dict[str, DataFrame]
+    quarantine: DataFrame
+    stages: dict[str, DataFrame] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> DataFrame:
+        return self.tables[name]
+
+
+def _records_stream(df: DataFrame, sid) -> DataFrame:  # noqa: ANN001 - a Column or an int
+    return df.withColumn("_sid", (sid if not isinstance(sid, int) else F.lit(sid)).cast("long"))
+
+
+Checkpoint = Callable[[DataFrame], DataFrame]
+
+
+def _same(df: DataFrame) -> DataFrame:
+    return df
+
+
+def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
+                   loads: DataFrame | None = None, checkpoint: Checkpoint = _same) -> tuple[dict[str, DataFrame], DataFrame]:
+    """Facts §5.2-§5.6: the versions of every versioned table (with ``_sid``) and the internal
+    anomaly rows, from the applied records of one or more streams. ``fresh``: the versions of the
+    loaded snapshots' own replays; ``loads``: where they are loaded. ``checkpoint`` materialises the
+    frames several outputs read (e.g. ``DataFrame.localCheckpoint``); the default leaves the plan
+    whole."""
+    fr = fresh or {}
+
+    def f(name: str) -> DataFrame | None:
+        return fr.get(name) if fresh is not None else None
+
+    out: dict[str, DataFrame] = {}
+    anomalies: list[DataFrame] = []
+    out["topics"], a, topics_ann = topics(recs, f("topics"), loads)
+    topics_ann = checkpoint(topics_ann)
+    out["topics"] = checkpoint(out["topics"])
+    anomalies.append(a)
+    removals = topic_removals(topics_ann)
+    replacements = topic_replacements(topics_ann)
+    drops = removals.drop("topic_name").unionByName(replacements)
+    out["partitions"], a, dropped = partitions(recs, topics_ann, drops, f("partitions"), loads)
+    out["partitions"], a, dropped = checkpoint(out["partitions"]), checkpoint(a), checkpoint(dropped)
+    anomalies.append(a)
+    rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
+    anomalies.append(anomaly(rep, "TOPIC_REPLACED", F.concat(F.lit("topic "), F.col("topic_id")),
+                             F.format_string("TopicRecord for existing topic id %s: its %d partitions are dropped",
+                                             F.col("topic_id"), F.coalesce(F.col("dropped"), F.lit(0))),
+                             offset=F.col("_ord")))
+    out["brokers"], a = brokers(recs, f("brokers"), loads)
+    out["brokers"] = checkpoint(out["brokers"])
+    anomalies.append(checkpoint(a))
+    out["configs"], a, _ = configs(recs, removals, f("configs"), loads)
+    out["configs"] = checkpoint(out["configs"])
+    anomalies.append(checkpoint(a))
+    for name, fn in (("controllers", controllers), ("features", features), ("client_quotas", client_quotas),
+                     ("acls", acls), ("scram_credentials", scram_credentials), ("delegation_tokens", delegation_tokens),
+                     ("producer_ids", producer_ids), ("zk_migration_state", zk_migration_state)):
+        out[name], a, _ = fn(recs, f(name), loads)
+        out[name] = checkpoint(out[name])
+        anomalies.append(checkpoint(a))
+    return out, checkpoint(union_all(anomalies))
+
+
+def finish_anomalies(internal: DataFrame) -> DataFrame:
+    """``replay_anomalies`` rows from internal ones: an anomaly found replaying snapshot END (``_sid``
+    = END) is reported at END − 1 with the record's position in the snapshot (docs/design.md)."""
+    snap = F.col("_sid") != MAIN
+    return internal.select(
+        "cluster_id",
+        F.when(snap, F.col("_sid") - 1).otherwise(F.col("offset")).alias("offset"),
+        "reason_code", "entity", "record_type",
+        F.when(snap, F.format_string("%s (snapshot position %d)", F.col("message"), F.col("offset")))
+        .otherwise(F.col("message")).alias("message"),
+        F.when(snap, F.col("_sid")).cast("long").alias("snapshot_end_offset"))
+
+
+def log_commit(starts: DataFrame, commit: DataFrame, batches: DataFrame, kept: DataFrame, gaps: DataFrame,
+               anomalies: DataFrame, txns: DataFrame) -> DataFrame:
+    """The ``log_commit`` table: one row per cluster (docs/design.md)."""
+    good = batches.where(~F.col("divergent"))
+    b = good.groupBy("cluster_id").agg(
+        F.max_by("batch_leader_epoch", F.struct("batch_base_offset", "batch_leader_epoch")).alias("last_batch_leader_epoch"),
+        F.count(F.lit(1)).alias("batches"))
+    div = batches.where(F.col("divergent")).groupBy("cluster_id").agg(F.sum("records").alias("divergent_records"))
+    replayed = (kept.where(F.col("_copy") == 1).join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+                .where(F.col("offset") >= F.col("replay_start_offset")).groupBy("cluster_id")
+                .agg(F.count(F.lit(1)).alias("replayed_records")))
+    g = gaps.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("offset_gaps"))
+    a = anomalies.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("anomalies"))
+    o = txns.where(F.col("outcome") == "OPEN").groupBy("cluster_id").agg(F.max("offset").alias("open_transaction_offset"))
+    j = starts
+    for part in (commit, b, div, replayed, g, a, o):
+        j = j.join(part, "cluster_id", "left")
+    zero = F.lit(0).cast("long")
+    return conform(j.select(
+        "cluster_id", "first_offset", "last_offset", "last_batch_leader_epoch", "committed_through_offset",
+        F.when(F.col("first_offset").isNotNull(), F.col("replay_start_offset")).alias("replay_start_offset"),
+        "start_snapshot_end_offset", "start_snapshot_epoch",
+        F.coalesce("replayed_records", zero).alias("replayed_records"), F.coalesce("batches", zero).alias("batches"),
+        F.coalesce("offset_gaps", zero).alias("offset_gaps"), F.coalesce("anomalies", zero).alias("anomalies"),
+        F.coalesce("divergent_records", zero).alias("divergent_records"), "open_transaction_offset"), "log_commit")
+
+
+def _snapshot_records(snapshots: DataFrame, loads: DataFrame) -> DataFrame:
+    """The records of the loaded snapshots as a stream each (``_sid`` = END; offset = position in
+    the snapshot); transaction markers are skipped (facts §4.3: snapshots hold none)."""
+    s = snapshots.join(loads.select("cluster_id", "snapshot_end_offset", "snapshot_epoch"),
+                       ["cluster_id", "snapshot_end_offset", "snapshot_epoch"], "left_semi")
+    s = s.where(~F.col("api_key").isin(L.BEGIN_TRANSACTION, L.END_TRANSACTION, L.ABORT_TRANSACTION, L.NO_OP))
+    return s.select("cluster_id", F.col("snapshot_end_offset").cast("long").alias("_sid"),
+                    F.col("position_in_snapshot").cast("long").alias("offset"),
+                    F.col("position_in_snapshot").cast("long").alias("_vis"), F.col("append_time").alias("_vtime"),
+                    "api_key", "record_type", *[c for c in PAYLOAD_COLUMNS if c in s.columns])
+
+
+def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, has_loads: bool | None = None,
+                  checkpoint: Checkpoint = _same) -> ReplayTables:
+    """Every silver table from the bronze ``metadata_log`` / ``metadata_control`` /
+    ``snapshot_records`` DataFrames of any number of clusters. ``has_loads`` False skips the
+    snapshot-loading branch of the plan (None: decided with one cheap ``isEmpty`` on the loads).
+    ``checkpoint``: see :func:`replay_domains` (the batch job materialises each stage once).
+
+    Sets ``spark.sql.constraintPropagation.enabled`` to false on the session (:data:`SESSION_CONF`):
+    the plan is wide (many unions of windowed frames) and Spark 4.2's constraint inference on unions
+    fails on it ("key not found" while checkpointing) besides being slow; it only infers filters."""
+    for k, v in SESSION_CONF.items():
+        log.sparkSession.conf.set(k, v)
+    positions = checkpoint(L.log_positions(log, control))
+    batches = checkpoint(L.mark_divergent(L.log_batches(positions)))
+    clusters = (log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
+                .distinct())
+    catalog = L.snapshot_catalog(snapshots, control)
+    catalog = checkpoint(catalog)
+    usable = checkpoint(L.usable_snapshots(catalog))
+    starts = checkpoint(L.replay_starts(positions, batches, usable, clusters))
+    kept = checkpoint(L.kept_records(log, batches))
+    gaps = checkpoint(L.offset_gaps(positions, batches, starts, usable))
+    loads = checkpoint(L.snapshot_loads(starts, gaps, catalog))
+    txns = checkpoint(L.transactions(kept, starts))
+    spans = checkpoint(L.transaction_spans(txns, starts))
+    cols = ["cluster_id", "offset", "_vis", "_vtime", "api_key", "record_type", *[c for c in PAYLOAD_COLUMNS if c in log.columns]]
+    recs = checkpoint(_records_stream(L.applied_records(kept, starts, spans).select(*cols), MAIN))
+
+    if has_loads is None:
+        has_loads = not loads.isEmpty()
+    if has_loads:
+        fresh, fresh_anomalies = replay_domains(checkpoint(_snapshot_records(snapshots, loads)), checkpoint=checkpoint)
+        versions, main_anomalies = replay_domains(recs, fresh, loads, checkpoint=checkpoint)
+        internal = fresh_anomalies.unionByName(main_anomalies)
+    else:
+        versions, internal = replay_domains(recs, checkpoint=checkpoint)
+    anomalies = union_all([
+        L.conflicting_copies(kept, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
+        L.gap_anomalies(gaps), L.transaction_anomalies(txns), finish_anomalies(internal),
+    ])
+    tables = {t: conform(versions[t].where(F.col("_sid") == MAIN), t) for t in VERSIONED_TABLES}
+    anomalies = checkpoint(anomalies)
+    tables["replay_anomalies"] = conform(anomalies, "replay_anomalies")
+    commit = checkpoint(L.commit_certainty(batches, usable, starts))
+    tables["log_batches"] = conform(L.log_batches_table(batches, commit, spans, starts), "log_batches")
+    tables["log_commit"] = log_commit(starts, commit, batches, kept, gaps, anomalies, txns)
+    assert set(tables) == set(SILVER_TABLES)
+    return ReplayTables(tables, L.divergent_quarantine(log, batches),
+                        {"batches": batches, "starts": starts, "loads": loads, "records": recs})

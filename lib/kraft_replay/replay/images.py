@@ -1,0 +1,219 @@
+"""The metadata image as of an offset or a time, from the versioned silver tables (docs/design.md,
+"Visibility and 'as of offset'"; facts §4.2, §5.1).
+
+* :func:`as_of` — the versions of a table visible at offset ``O`` (a pure ``DataFrame -> DataFrame``
+  filter: ``valid_from_offset <= O AND (valid_to_offset IS NULL OR O < valid_to_offset) AND NOT
+  deleted``); :func:`as_of_range` — the same as a range join against a DataFrame of offsets (a
+  partition's leader and epochs as of any offset).
+* :func:`image` — ``{table: DataFrame}`` of the image of one cluster as of an offset (Kafka's
+  lastContainedOffset: every committed record with offset <= O; a snapshot ``END-epoch`` is the
+  image at END − 1) or as of a time (the last batch appended at or before it).
+* :func:`image_json` — the image as the JSON object of ``kraft-replay image --format json``.
+* :func:`register_as_of_views` — every silver table as a temp view plus ``<table>_as_of`` views for
+  one offset, for SQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES
+from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
+
+__all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "image", "image_frames", "image_json",
+           "register_as_of_views", "entity_columns", "image_diff"]
+
+#: the image's domains (the versioned tables)
+DOMAINS = VERSIONED_TABLES
+
+
+class ImageError(Exception):
+    """A request for an image that cannot be answered (one line: why, and what to ask instead)."""
+
+
+def entity_columns(table: str) -> list[str]:
+    """The key columns and fields of a versioned table (no version columns, no ``changed_fields``)."""
+    spec = SILVER_TABLES[table]
+    return [c for c in (*spec.key_names, *spec.field_names) if c != "changed_fields"]
+
+
+def as_of(versions: DataFrame, offset: int) -> DataFrame:
+    """The versions visible at ``offset`` (one per live entity)."""
+    o = F.lit(offset).cast("long")
+    return versions.where((F.col("valid_from_offset") <= o)
+                          & (F.col("valid_to_offset").isNull() | (o < F.col("valid_to_offset"))) & ~F.col("deleted"))
+
+
+def as_of_range(versions: DataFrame, offsets: DataFrame, offset_col: str = "offset", keep_deleted: bool = False) -> DataFrame:
+    """Each row of ``offsets`` (with ``cluster_id`` and ``offset_col``) joined with the versions of
+    its cluster visible at that offset — e.g. a partition's leader and epochs as of each request."""
+    v = versions.alias("_v")
+    o = offsets.alias("_o")
+    at = F.col(f"_o.{offset_col}")
+    cond = ((F.col("_o.cluster_id") == F.col("_v.cluster_id")) & (F.col("_v.valid_from_offset") <= at)
+            & (F.col("_v.valid_to_offset").isNull() | (at < F.col("_v.valid_to_offset"))))
+    if not keep_deleted:
+        cond = cond & ~F.col("_v.deleted")
+    return o.join(v, cond)
+
+
+def _ts(t: Any) -> dt.datetime:
+    if isinstance(t, dt.datetime):
+        return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    try:
+        x = dt.datetime.fromisoformat(str(t).replace("Z", "+00:00"))
+    except ValueError:
+        raise ImageError(f"--time {t!r} is not an ISO-8601 time (e.g. 2026-01-01T12:00:00Z)") from None
+    return x if x.tzinfo else x.replace(tzinfo=dt.timezone.utc)
+
+
+def resolve_offset(lake, cluster_id: str, offset: int | None = None, time: Any = None) -> int:  # noqa: ANN001 - a Lake
+    """The image offset asked for: ``offset`` itself, the last offset of the last batch appended at
+    or before ``time`` (provenance moves at batch boundaries, facts §5.1), or — with neither — the
+    cluster's last offset. Offsets below where replay started are an :class:`ImageError`."""
+    if offset is not None and time is not None:
+        raise ImageError("give --offset or --time, not both")
+    for t in ("log_commit", "log_batches"):
+        if not lake.exists(t):
+            raise ImageError(f"lake {lake.root}: table {t} is missing: run `kraft-replay replay --lake {lake.root}` first")
+    commit = lake.read("log_commit").where(F.col("cluster_id") == cluster_id).collect()
+    if not commit:
+        raise ImageError(f"cluster {cluster_id!r} has not been replayed in lake {lake.root}: run `kraft-replay replay "
+                         f"--lake {lake.root} --cluster-id {cluster_id}`")
+    c = commit[0]
+    floor = -1
+    if c["start_snapshot_end_offset"] is not None:
+        floor = c["start_snapshot_end_offset"] - 1
+    elif c["first_offset"] not in (None, 0):
+        floor = c["first_offset"]
+    if time is not None:
+        at = _ts(time)
+        row = (lake.read("log_batches").where((F.col("cluster_id") == cluster_id) & (F.col("append_time") <= F.lit(at)))
+               .agg(F.max("batch_last_offset").alias("o")).collect()[0])
+        if row["o"] is None:
+            if floor >= 0:
+                return floor
+            raise ImageError(f"cluster {cluster_id!r}: no batch was appended at or before {at.isoformat()}")
+        offset = int(row["o"])
+    if offset is None:
+        offset = c["last_offset"] if c["last_offset"] is not None else floor
+    if offset < floor:
+        raise ImageError(f"cluster {cluster_id!r}: replay starts at offset {floor}; the image at {offset} is unknown "
+                         f"(ask for an offset >= {floor})")
+    return int(offset)
+
+
+def image(lake, cluster_id: str, offset: int | None = None, time: Any = None,  # noqa: ANN001 - a Lake
+          domains: Iterable[str] | None = None) -> dict[str, DataFrame]:
+    """``{table: DataFrame}``: the entities of each domain (key columns and fields) of ``cluster_id``'s
+    image as of ``offset`` / ``time`` (see :func:`resolve_offset`); ``domains``: a subset of
+    :data:`DOMAINS`. The offset used is in each DataFrame's ``image_offset`` column too."""
+    names = list(domains or DOMAINS)
+    unknown = [d for d in names if d not in DOMAINS]
+    if unknown:
+        raise ImageError(f"unknown domain {unknown[0]!r}; domains: {', '.join(DOMAINS)}")
+    at = resolve_offset(lake, cluster_id, offset, time)
+    where = f"cluster_id = '{cluster_id.replace(chr(39), chr(39) * 2)}'"
+    return image_frames({d: lake.read(d, where=where) for d in names}, cluster_id, at)
+
+
+def image_frames(versions: dict[str, DataFrame], cluster_id: str, offset: int) -> dict[str, DataFrame]:
+    """The image of ``cluster_id`` as of ``offset`` from versioned tables given as DataFrames
+    (``{table: versions}``): per table, the live entities' key columns and fields."""
+    out = {}
+    for d, v in versions.items():
+        v = v.where(F.col("cluster_id") == cluster_id)
+        out[d] = as_of(v, offset).select("cluster_id", F.lit(offset).cast("long").alias("image_offset"), *entity_columns(d))
+    return out
+
+
+def _sort_key(values: Iterable[Any]) -> tuple:
+    return tuple((v is not None, v) for v in values)
+
+
+def image_json(images: dict[str, DataFrame], cluster_id: str, offset: int) -> dict[str, Any]:
+    """The image JSON (docs/design.md): ``{"cluster_id", "offset", "metadata_version",
+    "metadata_version_level", "topics": [...], ..., "features": {name: level}, "producer_ids":
+    {"next_producer_id"}, "zk_migration_state"}``; each list holds the entities' key columns and
+    fields in key order. Domains missing from ``images`` are left out."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for d, df in images.items():
+        cols = entity_columns(d)
+        keys = SILVER_TABLES[d].key_names
+        got = df.select(*cols).toArrow().to_pylist()
+        rows[d] = sorted(got, key=lambda r: _sort_key(r[k] for k in keys))
+    out: dict[str, Any] = {"cluster_id": cluster_id, "offset": offset}
+    if "features" in rows:
+        feats = {r["name"]: r["feature_level"] for r in rows["features"]}
+        mv = feats.get(METADATA_VERSION, DEFAULT_MV_LEVEL)
+        out["metadata_version"] = MV_NAMES.get(mv)
+        out["metadata_version_level"] = mv
+    for d in DOMAINS:
+        if d not in rows:
+            continue
+        if d == "features":
+            out[d] = dict(sorted((r["name"], r["feature_level"]) for r in rows[d]))
+        elif d == "producer_ids":
+            out[d] = {"next_producer_id": rows[d][0]["next_producer_id"] if rows[d] else -1}
+        elif d == "zk_migration_state":
+            out[d] = rows[d][0]["zk_migration_state_name"] if rows[d] else None
+        else:
+            out[d] = rows[d]
+    return out
+
+
+def register_as_of_views(lake, offset: int | None = None) -> list[str]:  # noqa: ANN001 - a Lake
+    """Every lake table as a temp view (``Lake.register_views``); with ``offset``, also
+    ``<table>_as_of`` for each versioned table: its versions visible at that offset (one per live
+    entity). In SQL, any offset: ``WHERE valid_from_offset <= O AND (valid_to_offset IS NULL OR O <
+    valid_to_offset) AND NOT deleted``."""
+    names = lake.register_views()
+    if offset is not None:
+        for t in VERSIONED_TABLES:
+            if t in names:
+                as_of(lake.read(t), offset).createOrReplaceTempView(f"{t}_as_of")
+                names.append(f"{t}_as_of")
+    return names
+
+
+def image_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What changed between two image JSON objects (:func:`image_json`), entity by entity:
+    ``{"cluster_id", "from_offset", "to_offset", "metadata_version": [old, new] (when it changed),
+    "changes": {domain: [{"key": {...}, "change": "added" | "removed" | "changed",
+    "fields": {field: [old, new]}}]}}`` (domains without changes are left out)."""
+    out: dict[str, Any] = {"cluster_id": after.get("cluster_id"), "from_offset": before.get("offset"),
+                           "to_offset": after.get("offset")}
+    if before.get("metadata_version") != after.get("metadata_version"):
+        out["metadata_version"] = [before.get("metadata_version"), after.get("metadata_version")]
+    changes: dict[str, list[dict[str, Any]]] = {}
+    for d in DOMAINS:
+        if d not in before and d not in after:
+            continue
+        a, b = before.get(d), after.get(d)
+        if d == "features":
+            a, b = ([{"name": k, "feature_level": v} for k, v in (x or {}).items()] for x in (a, b))
+        elif d in ("producer_ids", "zk_migration_state"):
+            a = [] if a in (None, {"next_producer_id": -1}) else [{"value": a}]
+            b = [] if b in (None, {"next_producer_id": -1}) else [{"value": b}]
+        keys = SILVER_TABLES[d].key_names if d not in ("producer_ids", "zk_migration_state") else ()
+        am = {tuple(e[k] for k in keys): e for e in a or []}
+        bm = {tuple(e[k] for k in keys): e for e in b or []}
+        rows = []
+        for k in sorted(set(am) | set(bm), key=_sort_key):
+            key = dict(zip(keys, k))
+            if k not in am:
+                rows.append({"key": key, "change": "added", "fields": {f: [None, v] for f, v in bm[k].items() if f not in keys}})
+            elif k not in bm:
+                rows.append({"key": key, "change": "removed", "fields": {f: [v, None] for f, v in am[k].items() if f not in keys}})
+            elif am[k] != bm[k]:
+                rows.append({"key": key, "change": "changed",
+                             "fields": {f: [am[k].get(f), bm[k].get(f)] for f in bm[k] if f not in keys and am[k].get(f) != bm[k][f]}})
+        if rows:
+            changes[d] = rows
+    out["changes"] = changes
+    return out

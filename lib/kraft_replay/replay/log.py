@@ -1,0 +1,452 @@
+"""The committed log: which bronze records apply, at which offset they become visible, where replay
+starts, and what the log itself gets wrong (facts §5.1, §4.2, §4.3, §5.6, §5.7; docs/design.md,
+"Silver tables (replay)": "Where replay starts, gaps, divergent copies, commit certainty").
+
+Every function is a pure ``DataFrame -> DataFrame`` transformation over the bronze tables
+(``metadata_log``, ``metadata_control``, ``snapshot_records``) and works per ``cluster_id``; nothing
+is collected to the driver. Scans that are sequential by nature (the previous batch's last offset,
+the next batch's base offset, the previous present offset) run in two levels so that they
+parallelise: an aggregate per offset bucket (small), a prefix over the buckets (tiny), then a window
+partitioned by ``(cluster_id, bucket)``.
+
+Rules (the contract, in the order replay applies them):
+
+* **Batches** are (base offset, last offset, Raft epoch), data and control alike; identical copies
+  are one batch (:func:`log_batches`).
+* **Divergent copies** (§5.1, Raft): a batch is divergent when a batch of a higher epoch covers any
+  of its offsets — a later leader truncated it. Its records never reach silver; they go to
+  ``ingest_quarantine`` as ``DIVERGENT_UNCOMMITTED`` (:func:`mark_divergent`,
+  :func:`divergent_quarantine`).
+* **Copies** of one offset in batches of one epoch are one record; different ones are
+  ``CONFLICTING_COPIES`` (the first by source file and position is kept; :func:`kept_records`).
+* **Start** (§4.2, §5.1, §5.6): L = first log offset; L = 0: the empty image; else the earliest
+  complete snapshot with L <= END <= last + 1, else the newest with END < L (the offsets between
+  are a gap), else the empty image with ``LOG_STARTS_MID_STREAM``; with no log, the newest
+  snapshot by (epoch, END) (:func:`snapshot_catalog`, :func:`replay_starts`).
+* **Gaps** (§5.7): each missing offset range after the start is an ``OFFSET_GAP``; a complete
+  snapshot with gap start < END <= gap end is loaded there (:func:`offset_gaps`).
+* **Metadata transactions** (§5.1): records between Begin and End become visible at the End's
+  offset (and time); Abort discards them; a transaction still open at the end is invisible; a nested
+  Begin or an End/Abort without Begin is a ``TRANSACTION_ERROR`` and changes nothing
+  (:func:`transactions`, :func:`applied_records`).
+* **Commit certainty** (§5.1): a batch is certainly committed when a batch of a higher epoch exists
+  or a snapshot covers it (:func:`commit_certainty`).
+* **Provenance** (§5.1): an image's offset moves at batch boundaries, control batches included
+  (``log_batches``; :func:`image_offsets`).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+__all__ = [
+    "BEGIN_TRANSACTION", "END_TRANSACTION", "ABORT_TRANSACTION", "NO_OP", "BUCKET",
+    "log_positions", "log_batches", "mark_divergent", "divergent_quarantine", "kept_records",
+    "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
+    "mid_stream_anomalies", "offset_gaps", "gap_anomalies", "snapshot_loads", "transactions",
+    "transaction_anomalies", "applied_records", "commit_certainty", "log_batches_table", "image_offsets",
+]
+
+BEGIN_TRANSACTION = 23
+END_TRANSACTION = 24
+ABORT_TRANSACTION = 25
+NO_OP = 20
+_MARKERS = (BEGIN_TRANSACTION, END_TRANSACTION, ABORT_TRANSACTION)
+BUCKET = 1_000_000  # == ingest's OFFSET_BUCKET_SIZE; replay derives buckets itself from offsets
+_BATCH = ["batch_base_offset", "batch_last_offset", "batch_leader_epoch"]
+
+
+def _bucket(offset: Column) -> Column:
+    return F.floor(offset / F.lit(BUCKET)).cast("long")
+
+
+def _null(typ: str) -> Column:
+    return F.lit(None).cast(typ)
+
+
+# ---------------------------------------------------------------------------------------------
+# two-level scans
+
+
+def _scan(df: DataFrame, order: list[str], bucket_of: str, value: str, out: str, *, before: bool) -> DataFrame:
+    """``out`` = max of ``value`` over the cluster's rows before this one in ``order`` (``before``),
+    or min over the rows after it (not ``before``); null when there are none. ``bucket_of`` is the
+    (monotone in ``order``) column the offset buckets are taken from."""
+    agg, comb = (F.max, F.greatest) if before else (F.min, F.least)
+    frame = (Window.unboundedPreceding, -1) if before else (1, Window.unboundedFollowing)
+    b = df.withColumn("_b", _bucket(F.col(bucket_of)))
+    per_bucket = b.groupBy("cluster_id", "_b").agg(agg(value).alias("_bv"))
+    w_buckets = Window.partitionBy("cluster_id").orderBy("_b").rowsBetween(*frame)
+    prefix = per_bucket.select("cluster_id", "_b", agg("_bv").over(w_buckets).alias("_outside"))
+    w_in = Window.partitionBy("cluster_id", "_b").orderBy(*order).rowsBetween(*frame)
+    return (b.join(F.broadcast(prefix), ["cluster_id", "_b"], "left")
+            .withColumn(out, comb(F.col("_outside"), agg(value).over(w_in)))
+            .drop("_b", "_outside"))
+
+
+# ---------------------------------------------------------------------------------------------
+# batches and divergence
+
+
+def log_positions(log: DataFrame, control: DataFrame) -> DataFrame:
+    """Facts §5.1: every row of the log, data and control (the control rows of snapshot files are
+    not the log's): ``cluster_id, offset, batch_base_offset, batch_last_offset, batch_leader_epoch,
+    append_time, is_control``. Missing batch columns (dump text without record metadata) default to
+    a one-offset batch of epoch −1."""
+    def pos(df: DataFrame, is_control: bool) -> DataFrame:
+        return df.select(
+            "cluster_id", F.col("offset").cast("long").alias("offset"),
+            F.coalesce(F.col("batch_base_offset").cast("long"), F.col("offset")).alias("batch_base_offset"),
+            F.coalesce(F.col("batch_last_offset").cast("long"), F.col("offset")).alias("batch_last_offset"),
+            F.coalesce(F.col("batch_leader_epoch").cast("int"), F.lit(-1)).alias("batch_leader_epoch"),
+            "append_time", F.lit(is_control).alias("is_control"))
+    ctl = control.where(F.coalesce(F.col("source_kind"), F.lit("log")) == "log")
+    return pos(log, False).unionByName(pos(ctl, True))
+
+
+def log_batches(positions: DataFrame) -> DataFrame:
+    """Facts §5.1: one row per log batch (identical copies are one): ``cluster_id,
+    batch_base_offset, batch_last_offset, batch_leader_epoch, append_time, is_control, records``
+    (distinct offsets present)."""
+    return positions.groupBy("cluster_id", *_BATCH).agg(
+        F.max("append_time").alias("append_time"), F.bool_or("is_control").alias("is_control"),
+        F.countDistinct("offset").cast("int").alias("records"))
+
+
+def mark_divergent(batches: DataFrame) -> DataFrame:
+    """Facts §5.1 / Raft: ``divergent`` is true for a batch that a batch of a higher epoch overlaps
+    (a later leader truncated it). Overlaps are found with two ordered scans (a batch overlaps
+    another iff its base is at most the previous batches' greatest last offset, or the next batch's
+    base is at most its last offset); only the few overlapping batches are joined pairwise."""
+    order = ["batch_base_offset", "batch_leader_epoch", "batch_last_offset"]
+    s = _scan(batches, order, "batch_base_offset", "batch_last_offset", "_prev_last", before=True)
+    s = _scan(s, order, "batch_base_offset", "batch_base_offset", "_next_base", before=False)
+    involved = s.where((F.col("batch_base_offset") <= F.col("_prev_last"))
+                       | (F.col("_next_base") <= F.col("batch_last_offset"))).select("cluster_id", *_BATCH)
+    a, b = involved.alias("a"), involved.alias("b")
+    losers = a.join(b, (F.col("a.cluster_id") == F.col("b.cluster_id"))
+                    & (F.col("b.batch_base_offset") <= F.col("a.batch_last_offset"))
+                    & (F.col("b.batch_last_offset") >= F.col("a.batch_base_offset"))
+                    & (F.col("b.batch_leader_epoch") > F.col("a.batch_leader_epoch")), "left_semi")
+    losers = losers.select("cluster_id", *_BATCH).withColumn("divergent", F.lit(True))
+    return (batches.join(losers, ["cluster_id", *_BATCH], "left")
+            .withColumn("divergent", F.coalesce(F.col("divergent"), F.lit(False))))
+
+
+def _with_batch_key(log: DataFrame) -> DataFrame:
+    return (log.withColumn("_base", F.coalesce(F.col("batch_base_offset").cast("long"), F.col("offset")))
+            .withColumn("_last", F.coalesce(F.col("batch_last_offset").cast("long"), F.col("offset")))
+            .withColumn("_epoch", F.coalesce(F.col("batch_leader_epoch").cast("int"), F.lit(-1))))
+
+
+def _divergent_keys(batches: DataFrame) -> DataFrame:
+    return batches.where(F.col("divergent")).select(
+        "cluster_id", F.col("batch_base_offset").alias("_base"), F.col("batch_last_offset").alias("_last"),
+        F.col("batch_leader_epoch").alias("_epoch"))
+
+
+def divergent_quarantine(log: DataFrame, batches: DataFrame) -> DataFrame:
+    """Facts §5.1: the data records of divergent batches as ``ingest_quarantine`` rows with reason
+    code ``DIVERGENT_UNCOMMITTED`` (``length``/``raw`` null: found from rows, not bytes)."""
+    q = _with_batch_key(log).join(F.broadcast(_divergent_keys(batches)), ["cluster_id", "_base", "_last", "_epoch"], "left_semi")
+    return q.select(
+        "cluster_id", "source_file", "source_position", _null("long").alias("length"), "offset",
+        _null("long").alias("records"), F.lit("DIVERGENT_UNCOMMITTED").alias("reason_code"),
+        F.format_string("%s at offset %d in a batch of epoch %d (%d..%d) that a batch of a higher epoch replaced",
+                        "record_type", "offset", "_epoch", "_base", "_last").alias("reason"),
+        _null("binary").alias("raw"), _null("timestamp").alias("ingested_at"))
+
+
+def _payload_columns(log: DataFrame) -> list[str]:
+    from kraft_replay.replay.records import PAYLOAD_COLUMNS
+
+    return [c for c in PAYLOAD_COLUMNS if c in log.columns]
+
+
+def kept_records(log: DataFrame, batches: DataFrame) -> DataFrame:
+    """The data records that replay reads (facts §5.1): those of non-divergent batches, one per
+    offset — the first by (epoch descending, source file, source position). Adds ``_copy`` (1 for the
+    kept copy), ``_differs`` (another copy that is not identical: api key or payload differ) and
+    ``_kept_type`` / ``_kept_file`` for the conflict message. Callers keep ``_copy = 1``."""
+    nd = _with_batch_key(log).join(F.broadcast(_divergent_keys(batches)), ["cluster_id", "_base", "_last", "_epoch"], "left_anti")
+    pay = _payload_columns(log)
+    digest = F.xxhash64(F.col("api_key"), *[F.col(c) for c in pay]) if pay else F.xxhash64(F.col("api_key"))
+    w = Window.partitionBy("cluster_id", "offset").orderBy(F.col("_epoch").desc(), "source_file", "source_position")
+    whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    return (nd.withColumn("_digest", digest)
+            .withColumn("_copy", F.row_number().over(w))
+            .withColumn("_differs", F.col("_digest") != F.first("_digest").over(whole))
+            .withColumn("_kept_type", F.first("record_type").over(whole))
+            .withColumn("_kept_file", F.first("source_file").over(whole))
+            .drop("_digest"))
+
+
+def conflicting_copies(kept: DataFrame, starts: DataFrame) -> DataFrame:
+    """``CONFLICTING_COPIES`` anomalies (replay_anomalies rows) for the copies of one offset that
+    differ from the kept one, at offsets replay reads (>= the replay start)."""
+    k = kept.join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+    k = k.where((F.col("_copy") > 1) & F.col("_differs") & (F.col("offset") >= F.col("replay_start_offset")))
+    return k.select(
+        "cluster_id", "offset", F.lit("CONFLICTING_COPIES").alias("reason_code"), _null("string").alias("entity"),
+        "record_type",
+        F.format_string("two different records at offset %d in epoch %d (%s from %s, %s from %s); the first is kept",
+                        "offset", "_epoch", "_kept_type", "_kept_file", "record_type", "source_file").alias("message"),
+        _null("long").alias("snapshot_end_offset"))
+
+
+# ---------------------------------------------------------------------------------------------
+# snapshots and the start
+
+
+def snapshot_catalog(snapshots: DataFrame, control: DataFrame) -> DataFrame:
+    """Facts §4.2/§4.3: one row per snapshot with data records: ``cluster_id, snapshot_end_offset,
+    snapshot_epoch, snapshot_kind, complete`` (no control rows for it, or a SnapshotFooter among them)
+    and ``header_time`` (the SnapshotHeader's LastContainedLogTimestamp, else the newest record's
+    append time)."""
+    recs = snapshots.groupBy("cluster_id", "snapshot_end_offset", "snapshot_epoch", "snapshot_kind").agg(
+        F.max("append_time").alias("_rec_time"))
+    ctl = (control.where(F.coalesce(F.col("source_kind"), F.lit("log")) != "log")
+           .groupBy("cluster_id", "snapshot_end_offset", "snapshot_epoch").agg(
+               F.bool_or(F.col("control_type") == "SNAPSHOT_FOOTER").alias("_footer"),
+               F.max(F.when(F.col("control_type") == "SNAPSHOT_HEADER",
+                            F.col("snapshot_header.last_contained_log_timestamp"))).alias("_header_ms")))
+    return (recs.join(ctl, ["cluster_id", "snapshot_end_offset", "snapshot_epoch"], "left").select(
+        "cluster_id", "snapshot_end_offset", F.col("snapshot_epoch").cast("int").alias("snapshot_epoch"), "snapshot_kind",
+        F.coalesce(F.col("_footer"), F.lit(True)).alias("complete"),
+        F.coalesce(F.timestamp_micros(F.col("_header_ms") * 1000), F.col("_rec_time")).alias("header_time")))
+
+
+def usable_snapshots(catalog: DataFrame) -> DataFrame:
+    """Facts §4.2: the snapshots replay may load: complete ``.checkpoint`` snapshots (not
+    ``bootstrap.checkpoint``, which the controller copies into the log, §7.5), one per end offset —
+    the highest epoch."""
+    w = Window.partitionBy("cluster_id", "snapshot_end_offset").orderBy(F.col("snapshot_epoch").desc())
+    return (catalog.where((F.col("snapshot_kind") == "snapshot") & F.col("complete"))
+            .withColumn("_r", F.row_number().over(w)).where("_r = 1").drop("_r"))
+
+
+def incomplete_snapshots(catalog: DataFrame) -> DataFrame:
+    """``SNAPSHOT_INCOMPLETE`` anomalies: snapshots whose control rows lack the SnapshotFooter."""
+    c = catalog.where((F.col("snapshot_kind") == "snapshot") & ~F.col("complete"))
+    name = F.format_string("%d-%d", "snapshot_end_offset", "snapshot_epoch")
+    return c.select(
+        "cluster_id", (F.col("snapshot_end_offset") - 1).alias("offset"), F.lit("SNAPSHOT_INCOMPLETE").alias("reason_code"),
+        F.concat(F.lit("snapshot "), name).alias("entity"), _null("string").alias("record_type"),
+        F.concat(F.lit("snapshot "), name, F.lit(" has no SnapshotFooter: not used")).alias("message"),
+        "snapshot_end_offset")
+
+
+def replay_starts(positions: DataFrame, batches: DataFrame, usable: DataFrame, clusters: DataFrame) -> DataFrame:
+    """Where replay starts, per cluster (docs/design.md; facts §4.2, §5.1): ``first_offset``,
+    ``last_offset`` (non-divergent data and control offsets), ``start_snapshot_end_offset`` /
+    ``_epoch`` and ``replay_start_offset`` (the start snapshot's END, else the first offset, else 0)."""
+    good = batches.where(~F.col("divergent")).select("cluster_id", *_BATCH)
+    present = positions.join(good, ["cluster_id", *_BATCH], "left_semi")
+    span = present.groupBy("cluster_id").agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"))
+    c = clusters.join(span, "cluster_id", "left")
+    u = usable.select("cluster_id", F.col("snapshot_end_offset").alias("_end"), F.col("snapshot_epoch").alias("_epoch"))
+    j = c.join(u, "cluster_id", "left")
+    first, last, end = F.col("first_offset"), F.col("last_offset"), F.col("_end")
+    picks = j.groupBy("cluster_id", "first_offset", "last_offset").agg(
+        F.min(F.when((first <= end) & (end <= last + 1), end)).alias("_after"),
+        F.max(F.when(end < first, end)).alias("_before"),
+        F.max_by(end, F.struct(F.col("_epoch"), end)).alias("_newest"))
+    start_end = (F.when(first.isNull(), F.col("_newest"))
+                 .when(first > 0, F.coalesce(F.col("_after"), F.col("_before"))))
+    s = picks.select("cluster_id", "first_offset", "last_offset", start_end.alias("start_snapshot_end_offset"))
+    s = s.join(u.withColumnRenamed("_end", "start_snapshot_end_offset"), ["cluster_id", "start_snapshot_end_offset"], "left")
+    return s.select(
+        "cluster_id", "first_offset", "last_offset", "start_snapshot_end_offset",
+        F.col("_epoch").alias("start_snapshot_epoch"),
+        F.coalesce(F.col("start_snapshot_end_offset"), F.col("first_offset"), F.lit(0)).cast("long").alias("replay_start_offset"))
+
+
+def mid_stream_anomalies(starts: DataFrame) -> DataFrame:
+    """``LOG_STARTS_MID_STREAM``: the log starts above 0 and no snapshot lets replay start there."""
+    s = starts.where((F.col("first_offset") > 0) & F.col("start_snapshot_end_offset").isNull())
+    return s.select(
+        "cluster_id", F.col("first_offset").alias("offset"), F.lit("LOG_STARTS_MID_STREAM").alias("reason_code"),
+        _null("string").alias("entity"), _null("string").alias("record_type"),
+        F.format_string("the log starts at offset %d and no snapshot covers the offsets before it",
+                        "first_offset").alias("message"),
+        _null("long").alias("snapshot_end_offset"))
+
+
+def offset_gaps(positions: DataFrame, batches: DataFrame, starts: DataFrame, usable: DataFrame) -> DataFrame:
+    """Facts §5.7: the missing offset ranges ``[gap_lo, gap_hi)`` from the replay start on (control
+    offsets count as present), each with the newest usable snapshot ending inside it
+    (``resync_end`` / ``resync_epoch``: gap_lo < END <= gap_hi), which replay loads there."""
+    good = batches.where(~F.col("divergent")).select("cluster_id", *_BATCH)
+    present = (positions.join(good, ["cluster_id", *_BATCH], "left_semi").select("cluster_id", "offset").distinct()
+               .join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+               .where(F.col("offset") >= F.col("replay_start_offset")))
+    prev = _scan(present, ["offset"], "offset", "offset", "_prev", before=True)
+    lo = F.when(F.col("_prev").isNull(), F.col("replay_start_offset")).otherwise(F.col("_prev") + 1)
+    gaps = prev.select("cluster_id", lo.alias("gap_lo"), F.col("offset").alias("gap_hi")).where(F.col("gap_lo") < F.col("gap_hi"))
+    u = usable.select(F.col("cluster_id").alias("_uc"), F.col("snapshot_end_offset").alias("_end"),
+                      F.col("snapshot_epoch").alias("_epoch"))
+    j = gaps.join(F.broadcast(u), (F.col("cluster_id") == F.col("_uc")) & (F.col("gap_lo") < F.col("_end"))
+                  & (F.col("_end") <= F.col("gap_hi")), "left").drop("_uc")
+    return j.groupBy("cluster_id", "gap_lo", "gap_hi").agg(
+        F.max("_end").alias("resync_end"), F.max_by("_epoch", "_end").alias("resync_epoch"))
+
+
+def gap_anomalies(gaps: DataFrame) -> DataFrame:
+    """``OFFSET_GAP`` anomalies (one per missing range, at its first missing offset)."""
+    msg = F.format_string("offsets %d..%d (%d) are absent from the log", F.col("gap_lo"), F.col("gap_hi") - 1,
+                          F.col("gap_hi") - F.col("gap_lo"))
+    resync = F.format_string("; image resynchronised from snapshot %d-%d", "resync_end", "resync_epoch")
+    return gaps.select(
+        "cluster_id", F.col("gap_lo").alias("offset"), F.lit("OFFSET_GAP").alias("reason_code"),
+        _null("string").alias("entity"), _null("string").alias("record_type"),
+        F.when(F.col("resync_end").isNull(), msg).otherwise(F.concat(msg, resync)).alias("message"),
+        _null("long").alias("snapshot_end_offset"))
+
+
+def snapshot_loads(starts: DataFrame, gaps: DataFrame, catalog: DataFrame) -> DataFrame:
+    """Facts §5.6: the snapshots replay loads — the start snapshot and those resynchronising a gap —
+    as ``cluster_id, snapshot_end_offset, snapshot_epoch, at`` (END − 1, the offset of the image it
+    is) and ``at_time`` (the SnapshotHeader's time)."""
+    s = starts.where(F.col("start_snapshot_end_offset").isNotNull()).select(
+        "cluster_id", F.col("start_snapshot_end_offset").alias("snapshot_end_offset"),
+        F.col("start_snapshot_epoch").alias("snapshot_epoch"))
+    g = gaps.where(F.col("resync_end").isNotNull()).select(
+        "cluster_id", F.col("resync_end").alias("snapshot_end_offset"), F.col("resync_epoch").alias("snapshot_epoch"))
+    cat = catalog.where(F.col("snapshot_kind") == "snapshot").select(
+        "cluster_id", "snapshot_end_offset", "snapshot_epoch", "header_time")
+    return (s.unionByName(g).join(cat, ["cluster_id", "snapshot_end_offset", "snapshot_epoch"], "left")
+            .select("cluster_id", "snapshot_end_offset", "snapshot_epoch",
+                    (F.col("snapshot_end_offset") - 1).alias("at"), F.col("header_time").alias("at_time")))
+
+
+# ---------------------------------------------------------------------------------------------
+# transactions and visibility
+
+
+def transactions(kept: DataFrame, starts: DataFrame) -> DataFrame:
+    """Facts §5.1 metadata transactions, from the (few) Begin/End/Abort records replay reads: one row
+    per marker with ``outcome``: ``COMMITTED`` / ``ABORTED`` / ``OPEN`` for a Begin that opens a
+    transaction (``close_offset`` / ``close_time``: its End or Abort), ``NESTED_BEGIN`` (a Begin inside
+    a transaction; ``open_begin`` = the enclosing Begin), ``CLOSE`` (an End/Abort closing one), or
+    ``CLOSE_WITHOUT_BEGIN``. A Begin leaves the loader inside a transaction whatever it was (a nested
+    Begin is ignored), an End/Abort outside one, so the state before a marker is "the previous marker
+    is a Begin"."""
+    m = (kept.where((F.col("_copy") == 1) & F.col("api_key").isin(*_MARKERS))
+         .join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+         .where(F.col("offset") >= F.col("replay_start_offset")))
+    w = Window.partitionBy("cluster_id").orderBy("offset")
+    after = w.rowsBetween(1, Window.unboundedFollowing)
+    closing = F.col("api_key") != BEGIN_TRANSACTION
+    begin = F.col("api_key") == BEGIN_TRANSACTION
+    m = m.select("cluster_id", "offset", "api_key", "record_type", "append_time",
+                 F.coalesce(F.lag("api_key").over(w) == BEGIN_TRANSACTION, F.lit(False)).alias("_prev_open"),
+                 F.first(F.when(closing, F.col("offset")), ignorenulls=True).over(after).alias("_close_offset"),
+                 F.first(F.when(closing, F.col("api_key")), ignorenulls=True).over(after).alias("_close_key"),
+                 F.first(F.when(closing, F.col("append_time")), ignorenulls=True).over(after).alias("_close_time"))
+    opening = begin & ~F.col("_prev_open")
+    m = m.withColumn("open_begin", F.last(F.when(opening, F.col("offset")), ignorenulls=True).over(
+        w.rowsBetween(Window.unboundedPreceding, 0)))
+    outcome = (F.when(begin & F.col("_prev_open"), "NESTED_BEGIN")
+               .when(begin & (F.col("_close_key") == END_TRANSACTION), "COMMITTED")
+               .when(begin & (F.col("_close_key") == ABORT_TRANSACTION), "ABORTED")
+               .when(begin, "OPEN")
+               .when(F.col("_prev_open"), "CLOSE")
+               .otherwise("CLOSE_WITHOUT_BEGIN"))
+    return m.select("cluster_id", "offset", "api_key", "record_type", outcome.alias("outcome"),
+                    F.when(opening, F.col("_close_offset")).alias("close_offset"),
+                    F.when(opening, F.col("_close_time")).alias("close_time"), "open_begin")
+
+
+def transaction_anomalies(txns: DataFrame) -> DataFrame:
+    """``TRANSACTION_ERROR`` anomalies: a nested Begin, an End/Abort without Begin (ignored)."""
+    t = txns.where(F.col("outcome").isin("NESTED_BEGIN", "CLOSE_WITHOUT_BEGIN"))
+    msg = (F.when(F.col("outcome") == "NESTED_BEGIN",
+                  F.format_string("BeginTransaction inside the transaction begun at %d", "open_begin"))
+           .otherwise(F.concat(F.col("record_type"), F.lit(" without BeginTransaction"))))
+    return t.select("cluster_id", "offset", F.lit("TRANSACTION_ERROR").alias("reason_code"), _null("string").alias("entity"),
+                    "record_type", msg.alias("message"), _null("long").alias("snapshot_end_offset"))
+
+
+def transaction_spans(txns: DataFrame, starts: DataFrame) -> DataFrame:
+    """``[span_lo, span_hi)`` of every transaction (an open one runs to the end of the log), with its
+    outcome and, when committed, where its records become visible (``visible_offset`` /
+    ``visible_time``)."""
+    t = txns.where(F.col("outcome").isin("COMMITTED", "ABORTED", "OPEN")).join(
+        starts.select("cluster_id", "last_offset"), "cluster_id")
+    return t.select("cluster_id", F.col("offset").alias("span_lo"),
+                    F.coalesce(F.col("close_offset"), F.col("last_offset") + 1).alias("span_hi"), "outcome",
+                    F.when(F.col("outcome") == "COMMITTED", F.col("close_offset")).alias("visible_offset"),
+                    F.when(F.col("outcome") == "COMMITTED", F.col("close_time")).alias("visible_time"))
+
+
+def _in_spans(df: DataFrame, spans: DataFrame, at: str) -> DataFrame:
+    """``df`` left-joined with the span holding ``at`` (span_lo < at < span_hi; spans do not
+    overlap). Spans are exploded over the offset buckets they cover so that the join is an equi-join
+    on (cluster, bucket) plus a range check."""
+    sp = spans.withColumn("_sb", F.explode(F.sequence(_bucket(F.col("span_lo")), _bucket(F.col("span_hi")))))
+    sp = sp.select(*[F.col(c).alias(f"_s_{c}") for c in sp.columns])
+    d = df.withColumn("_db", _bucket(F.col(at)))
+    cond = ((d.cluster_id == sp._s_cluster_id) & (d._db == sp._s__sb) & (F.col(at) > F.col("_s_span_lo"))
+            & (F.col(at) < F.col("_s_span_hi")))
+    return d.join(F.broadcast(sp), cond, "left").drop("_db", "_s_cluster_id", "_s__sb")
+
+
+def applied_records(kept: DataFrame, starts: DataFrame, spans: DataFrame) -> DataFrame:
+    """Facts §5.1: the records that change the image, with ``_vis`` (the offset from which their
+    effect is visible: their own, or the End's inside a committed transaction) and ``_vtime`` (the
+    append time of the batch holding ``_vis``): kept copies at offsets >= the replay start, neither
+    transaction markers nor NoOps, outside aborted and still-open transactions."""
+    k = (kept.where((F.col("_copy") == 1) & ~F.col("api_key").isin(*_MARKERS, NO_OP))
+         .join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+         .where(F.col("offset") >= F.col("replay_start_offset")))
+    j = _in_spans(k, spans, "offset")
+    j = j.where(F.col("_s_outcome").isNull() | (F.col("_s_outcome") == "COMMITTED"))
+    return (j.withColumn("_vis", F.coalesce(F.col("_s_visible_offset"), F.col("offset")))
+            .withColumn("_vtime", F.coalesce(F.col("_s_visible_time"), F.col("append_time")))
+            .drop(*[c for c in j.columns if c.startswith("_s_")], "replay_start_offset"))
+
+
+# ---------------------------------------------------------------------------------------------
+# commit certainty, log_batches
+
+
+def commit_certainty(batches: DataFrame, usable: DataFrame, starts: DataFrame) -> DataFrame:
+    """Facts §5.1: per cluster, ``committed_through_offset`` — the greatest last offset of a
+    non-divergent batch below the log's highest epoch (a batch of a higher epoch exists), or of the
+    log covered by a snapshot (min(END − 1, last offset)); −1 when neither; null without a log."""
+    good = batches.where(~F.col("divergent"))
+    top = good.groupBy("cluster_id").agg(F.max("batch_leader_epoch").alias("_top"))
+    by_epoch = (good.join(top, "cluster_id").where(F.col("batch_leader_epoch") < F.col("_top"))
+                .groupBy("cluster_id").agg(F.max("batch_last_offset").alias("_by_epoch")))
+    by_snap = usable.groupBy("cluster_id").agg((F.max("snapshot_end_offset") - 1).alias("_by_snap"))
+    s = starts.select("cluster_id", "last_offset").join(by_epoch, "cluster_id", "left").join(by_snap, "cluster_id", "left")
+    by_snap = F.when(F.col("_by_snap").isNotNull(), F.least(F.col("_by_snap"), F.col("last_offset")))
+    through = F.greatest(F.coalesce(F.col("_by_epoch"), F.lit(-1)), by_snap)
+    return s.select("cluster_id", F.when(F.col("last_offset").isNotNull(), F.coalesce(through, F.lit(-1)))
+                    .cast("long").alias("committed_through_offset"))
+
+
+def log_batches_table(batches: DataFrame, commit: DataFrame, spans: DataFrame, starts: DataFrame) -> DataFrame:
+    """The ``log_batches`` silver table: one row per non-divergent batch with ``certainly_committed``
+    (last offset <= committed_through_offset) and ``transaction_open`` (a metadata transaction is
+    open after it; null below the replay start)."""
+    good = batches.where(~F.col("divergent")).join(commit, "cluster_id", "left").join(
+        starts.select("cluster_id", "replay_start_offset"), "cluster_id", "left")
+    sp = spans.select("cluster_id", "span_lo", "span_hi", "outcome")
+    j = _in_spans(good, sp.withColumn("span_lo", F.col("span_lo") - 1), "batch_last_offset")
+    return j.select(
+        "cluster_id", "batch_base_offset", "batch_last_offset", "batch_leader_epoch", "append_time", "is_control",
+        "records",
+        F.coalesce(F.col("batch_last_offset") <= F.col("committed_through_offset"), F.lit(False)).alias("certainly_committed"),
+        F.when(F.col("batch_last_offset") >= F.col("replay_start_offset"), F.col("_s_span_lo").isNotNull())
+        .alias("transaction_open"))
+
+
+def image_offsets(batches: DataFrame) -> DataFrame:
+    """Facts §5.1 provenance: the offsets an image can have — every non-divergent batch's last
+    offset, data and control batches alike, with its epoch and append time (``cluster_id,
+    image_offset, image_epoch, image_time``)."""
+    return batches.where(~F.col("divergent")).select(
+        "cluster_id", F.col("batch_last_offset").alias("image_offset"),
+        F.col("batch_leader_epoch").alias("image_epoch"), F.col("append_time").alias("image_time"))

@@ -1,0 +1,275 @@
+"""``partitions``: PartitionRecord / PartitionChangeRecord / RemoveTopicRecord (facts §5.2).
+
+* PartitionRecord creates or wholly replaces a partition of an existing topic (null ISR, removing/
+  adding replicas, ELR, LastKnownElr -> ``[]``; LeaderRecoveryState default 0);
+* PartitionChangeRecord merges into the current registration: null lists, Leader −2 and
+  LeaderRecoveryState −1 mean "unchanged"; ``leader_epoch`` + 1 whenever Leader ≠ −2 (even to the
+  same leader or −1), ``partition_epoch`` + 1 on every change;
+* directories: absent, empty or all-zero mean one MIGRATING (zero) directory per replica; a real
+  list must have one entry per replica (``DIRECTORIES_MISMATCH`` otherwise);
+* RemoveTopicRecord (and a TopicRecord for an existing topic id) closes every partition of the topic;
+  a loaded snapshot sets what it holds and deletes what it does not mention (§5.6).
+
+Computed with window functions: sentinels normalised to nulls, then the events of one partition in
+(visible offset, offset) order are cut into *segments* at each reset (an applied PartitionRecord, a
+snapshot's partition, a tombstone); inside a segment ``last(..., ignorenulls)`` carries every field
+forward and the epochs are the reset's plus running counts of the applied changes. Whether a change
+applies depends on its topic (a window over the topic's events), on the partition existing (the
+last reset), on its own values — and, for directories only, on the carried state; that last check is
+resolved by a fixpoint over DataFrame passes that marks the first mismatching change of a segment
+per pass (real logs: one pass, no mismatch).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from kraft_replay.replay.records import API, ZERO_UUID
+from kraft_replay.replay.versioning import (
+    MAIN, ORDER, STREAM, anomaly, annotate, current, spark_type, union_all, versions,
+)
+from kraft_replay.replay.schemas import SILVER_TABLES
+
+__all__ = ["partition_events", "partitions", "MAX_FIXPOINT_PASSES"]
+
+KEY = ["topic_id", "partition_id"]
+LISTS = ["replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr"]
+MAX_FIXPOINT_PASSES = 64
+_RAW = ["r_" + x for x in (*LISTS, "leader", "lrs", "le", "pe", "dirs", "topic_name")]
+_META = ["_vis", "_ord", "_sub", "_vtime", "record_offset", "record_type", "snapshot_end_offset"]
+
+
+def _entity() -> Column:
+    return F.format_string("partition %s-%d", F.col("topic_id"), F.col("partition_id"))
+
+
+def _real(dirs: Column) -> Column:
+    """A directory list with a non-zero entry (facts §5.2: otherwise it means MIGRATING)."""
+    return F.coalesce((F.size(dirs) > 0) & F.exists(dirs, lambda x: x != F.lit(ZERO_UUID)), F.lit(False))
+
+
+def _raw(kind: str, values: dict[str, Column]) -> list[Column]:
+    types = {"r_leader": "int", "r_lrs": "int", "r_le": "int", "r_pe": "int", "r_topic_name": "string",
+             "r_dirs": "array<string>"}
+    return [F.lit(kind).alias("kind")] + [
+        (values.get(c, F.lit(None))).cast(types.get(c, "array<int>")).alias(c) for c in _RAW]
+
+
+def partition_events(recs: DataFrame) -> DataFrame:
+    """The partition records as raw events (kind ``PR`` / ``PC``) with Kafka's sentinels normalised:
+    PartitionRecord lists null -> ``[]``, LeaderRecoveryState null -> 0; PartitionChangeRecord Leader
+    −2 -> null, LeaderRecoveryState −1 -> null (unchanged)."""
+    meta = [F.col("cluster_id"), F.col("_sid"), F.col("_vis"), F.col("offset").alias("_ord"), F.lit(1).alias("_sub"),
+            F.col("_vtime"), F.col("offset").alias("record_offset"), F.col("record_type"),
+            F.lit(None).cast("long").alias("snapshot_end_offset")]
+    p = F.col("partition")
+    pr = recs.where(F.col("api_key") == API["PARTITION"]).select(
+        *meta, p.topic_id.alias("topic_id"), p.partition_id.alias("partition_id"),
+        *_raw("PR", {
+            "r_replicas": F.coalesce(p.replicas, F.array()), "r_isr": F.coalesce(p.isr, F.array()),
+            "r_removing_replicas": F.coalesce(p.removing_replicas, F.array()),
+            "r_adding_replicas": F.coalesce(p.adding_replicas, F.array()),
+            "r_eligible_leader_replicas": F.coalesce(p.eligible_leader_replicas, F.array()),
+            "r_last_known_elr": F.coalesce(p.last_known_elr, F.array()),
+            "r_leader": p.leader, "r_lrs": F.coalesce(p.leader_recovery_state.cast("int"), F.lit(0)),
+            "r_le": p.leader_epoch, "r_pe": p.partition_epoch, "r_dirs": F.coalesce(p.directories, F.array()),
+        }))
+    c = F.col("partition_change")
+    pc = recs.where(F.col("api_key") == API["PARTITION_CHANGE"]).select(
+        *meta, c.topic_id.alias("topic_id"), c.partition_id.alias("partition_id"),
+        *_raw("PC", {
+            **{f"r_{x}": c[x] for x in LISTS},
+            "r_leader": F.when(c.leader != -2, c.leader),
+            "r_lrs": F.coalesce(c.leader_recovery_state.cast("int"), F.lit(-1)),
+            "r_dirs": c.directories,
+        }))
+    return pr.unionByName(pc)
+
+
+def _fresh_events(fresh: DataFrame, loads: DataFrame) -> DataFrame:
+    """Facts §5.6: a loaded snapshot's partitions as reset events (kind ``S``) at END − 1."""
+    cur = current(fresh, "partitions")
+    ld = loads.select("cluster_id", F.col("snapshot_end_offset").alias("_sid"), "at", "at_time")
+    j = cur.join(ld, ["cluster_id", "_sid"])
+    return j.select(
+        "cluster_id", F.lit(MAIN).cast("long").alias("_sid"), F.col("at").alias("_vis"), F.col("at").alias("_ord"), F.lit(1).alias("_sub"),
+        F.col("at_time").alias("_vtime"), F.lit(None).cast("long").alias("record_offset"), "record_type",
+        F.col("_sid").cast("long").alias("snapshot_end_offset"), "topic_id", "partition_id",
+        *_raw("S", {**{f"r_{x}": F.col(x) for x in LISTS}, "r_leader": F.col("leader"),
+                    "r_lrs": F.col("leader_recovery_state"), "r_le": F.col("leader_epoch"),
+                    "r_pe": F.col("partition_epoch"), "r_dirs": F.col("directories"), "r_topic_name": F.col("topic_name")}))
+
+
+def _tombstone_events(topic_drops: DataFrame, keys: DataFrame) -> DataFrame:
+    """Facts §5.2: a removed (or re-created) topic closes each of its partitions: one tombstone
+    candidate per partition id ever seen for the topic (the window keeps those that exist)."""
+    j = topic_drops.join(keys, ["cluster_id", "_sid", "topic_id"])
+    return j.select("cluster_id", "_sid", "_vis", "_ord", F.lit(1).alias("_sub"), "_vtime", "record_offset", "record_type",
+                    F.lit(None).cast("long").alias("snapshot_end_offset"), "topic_id", "partition_id", *_raw("T", {}))
+
+
+def _absent_events(ev: DataFrame, loads: DataFrame) -> DataFrame:
+    """Facts §5.6: every partition seen before a loaded snapshot and not in it: a deletion candidate."""
+    main = ev.where(F.col("_sid") == MAIN)
+    seen = main.groupBy("cluster_id", *KEY).agg(F.min("_vis").alias("_first"))
+    ld = loads.select("cluster_id", "snapshot_end_offset", "at", "at_time")
+    cand = seen.join(ld, "cluster_id").where(F.col("_first") < F.col("at"))
+    in_snap = main.where(F.col("kind") == "S").select("cluster_id", *KEY, "snapshot_end_offset")
+    cand = cand.join(in_snap, ["cluster_id", *KEY, "snapshot_end_offset"], "left_anti")
+    return cand.select("cluster_id", F.lit(MAIN).cast("long").alias("_sid"), F.col("at").alias("_vis"), F.col("at").alias("_ord"),
+                       F.lit(1).alias("_sub"), F.col("at_time").alias("_vtime"), F.lit(None).cast("long").alias("record_offset"),
+                       F.lit(None).cast("string").alias("record_type"), F.col("snapshot_end_offset").cast("long"),
+                       *KEY, *_raw("SA", {}))
+
+
+def _with_topic_state(ev: DataFrame, topic_annotated: DataFrame) -> DataFrame:
+    """``_topic`` = the topic's state (``exists``, ``name``) just before each partition event: topic
+    versions and partition events in one window per topic, ordered by (visible offset, offset, sub)."""
+    tv = topic_annotated.where(F.col("_keep")).select(
+        "cluster_id", "_sid", "topic_id", "_vis", "_ord", F.lit(0).alias("_sub"),
+        F.struct((~F.col("_del")).alias("exists"), F.col("name").alias("name")).alias("_tstate"))
+    both = ev.withColumn("_tstate", F.lit(None).cast("struct<exists:boolean,name:string>")).unionByName(
+        tv, allowMissingColumns=True)
+    w = (Window.partitionBy(*STREAM, "topic_id").orderBy(*ORDER)
+         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    return (both.withColumn("_topic", F.last("_tstate", ignorenulls=True).over(w))
+            .where(F.col("kind").isNotNull()).drop("_tstate"))
+
+
+def _checks(ev: DataFrame) -> DataFrame:
+    """Record-local checks, existence and segments (see the module docstring)."""
+    kind = F.col("kind")
+    topic_ok = F.coalesce(F.col("_topic.exists"), F.lit(False))
+    pr_lrs_ok = F.col("r_lrs").isin(0, 1)
+    pr_dirs_ok = ~_real(F.col("r_dirs")) | (F.size("r_dirs") == F.size("r_replicas"))
+    ev = (ev.withColumn("_topic_ok", topic_ok)
+          .withColumn("_pr_applies", (kind == "PR") & topic_ok & pr_lrs_ok & pr_dirs_ok))
+    w = Window.partitionBy(*STREAM, *KEY).orderBy(*ORDER)
+    marker = (F.when(kind == "PR", F.when(F.col("_pr_applies"), F.lit(True)))
+              .when(kind == "S", F.lit(True)).when(kind.isin("T", "SA"), F.lit(False)))
+    ev = ev.withColumn("_exists_before", F.coalesce(
+        F.last(marker, ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, -1)), F.lit(False)))
+    ev = ev.withColumn("_pc_pre", (kind == "PC") & topic_ok & F.col("_exists_before") & F.col("r_lrs").isin(-1, 0, 1))
+    reset = F.col("_pr_applies") | kind.isin("S", "T", "SA")
+    ev = ev.withColumn("_reset_set", F.col("_pr_applies") | (kind == "S"))
+    return ev.withColumn("_seg", F.sum(reset.cast("int")).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+
+
+def _carry(ev: DataFrame) -> DataFrame:
+    """The partition's state after each event of its segment (``c_*`` columns, ``_applied``,
+    ``_mismatch``), with the changes in ``_failed`` not applied."""
+    w = (Window.partitionBy(*STREAM, *KEY, "_seg").orderBy(*ORDER)
+         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    applied = F.col("_pc_pre") & ~F.col("_failed")
+    reset = F.col("_reset_set")
+    ev = ev.withColumn("_applied", applied)
+
+    def carried(value_on_reset: Column, value_on_change: Column) -> Column:
+        return F.last(F.when(reset, value_on_reset).when(F.col("_applied"), value_on_change), ignorenulls=True).over(w)
+
+    for x in LISTS:
+        ev = ev.withColumn(f"c_{x}", carried(F.col(f"r_{x}"), F.col(f"r_{x}")))
+    ev = (ev.withColumn("c_leader", carried(F.col("r_leader"), F.col("r_leader")))
+          .withColumn("c_lrs", carried(F.col("r_lrs"), F.when(F.col("r_lrs") != -1, F.col("r_lrs"))))
+          .withColumn("c_dirs", carried(F.col("r_dirs"), F.col("r_dirs")))
+          .withColumn("c_topic_name", carried(F.coalesce(F.col("r_topic_name"), F.col("_topic.name")), F.lit(None)))
+          .withColumn("c_le", F.first(F.when(reset, F.col("r_le")), ignorenulls=True).over(w)
+                      + F.sum((F.col("_applied") & F.col("r_leader").isNotNull()).cast("int")).over(w))
+          .withColumn("c_pe", F.first(F.when(reset, F.col("r_pe")), ignorenulls=True).over(w)
+                      + F.sum(F.col("_applied").cast("int")).over(w)))
+    real = _real(F.col("c_dirs"))
+    ev = ev.withColumn("c_directories", F.when(real, F.col("c_dirs")).otherwise(
+        F.array_repeat(F.lit(ZERO_UUID), F.size(F.coalesce(F.col("c_replicas"), F.array())))))
+    return ev.withColumn("_mismatch", F.col("_applied") & real & (F.size("c_dirs") != F.size("c_replicas")))
+
+
+def _first_mismatches(carried: DataFrame) -> DataFrame:
+    w = Window.partitionBy(*STREAM, *KEY, "_seg").orderBy(*ORDER)
+    m = carried.where(F.col("_mismatch")).withColumn("_n", F.row_number().over(w)).where("_n = 1")
+    return m.select(*STREAM, *KEY, "_vis", "_ord", F.format_string(
+        "%d directories for %d replicas", F.size("c_dirs"), F.size("c_replicas")).alias("_fail_msg"))
+
+
+def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The carried state with the directory mismatches resolved (fixpoint, see the module
+    docstring), and the failed changes with their messages."""
+    failed = None
+    ev = ev.withColumn("_failed", F.lit(False))
+    might = ev.where(_real(F.col("r_dirs")) & F.col("kind").isin("PR", "S", "PC")).select(*STREAM, *KEY).distinct()
+    # only partitions that ever had real directories can mismatch: the rest is resolved in one pass
+    safe = ev.join(might, [*STREAM, *KEY], "left_anti")
+    risky = ev.join(might, [*STREAM, *KEY], "left_semi")
+    if risky.isEmpty():
+        return _carry(safe), ev.sparkSession.createDataFrame([], "cluster_id string, _sid long, topic_id string, "
+                                                                 "partition_id int, _vis long, _ord long, _fail_msg string")
+    for _ in range(MAX_FIXPOINT_PASSES):
+        carried = _carry(risky).localCheckpoint()
+        new = _first_mismatches(carried).localCheckpoint()
+        if new.isEmpty():
+            break
+        failed = new if failed is None else failed.unionByName(new)
+        risky = (risky.drop("_failed").join(failed.select(*STREAM, *KEY, "_vis", "_ord", F.lit(True).alias("_failed")),
+                                            [*STREAM, *KEY, "_vis", "_ord"], "left")
+                 .withColumn("_failed", F.coalesce(F.col("_failed"), F.lit(False))))
+    else:
+        raise RuntimeError(f"partitions: directory mismatches did not settle in {MAX_FIXPOINT_PASSES} passes")
+    if failed is None:
+        failed = ev.sparkSession.createDataFrame([], "cluster_id string, _sid long, topic_id string, partition_id int, "
+                                                     "_vis long, _ord long, _fail_msg string")
+    return _carry(safe).unionByName(carried), failed
+
+
+def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFrame,
+               fresh: DataFrame | None = None, loads: DataFrame | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Facts §5.2 / §5.6: ``(versions, anomalies, dropped)`` of the ``partitions`` table.
+    ``topic_annotated``: the annotated topic events (:func:`kraft_replay.replay.topics.topics`);
+    ``topic_drops``: the applied RemoveTopicRecords and re-creating TopicRecords (their partitions
+    are closed); ``dropped``: per such record (stream, ``topic_id``, ``record_offset``), how many
+    partitions it closed."""
+    ev = partition_events(recs)
+    if fresh is not None and loads is not None:
+        ev = ev.unionByName(_fresh_events(fresh, loads))
+    keys = ev.where(F.col("kind").isin("PR", "S")).select(*STREAM, *KEY).distinct()
+    ev = ev.unionByName(_tombstone_events(topic_drops, keys))
+    if fresh is not None and loads is not None:
+        ev = ev.unionByName(_absent_events(ev, loads))
+    ev = _checks(_with_topic_state(ev, topic_annotated))
+    carried, failed = _resolve(ev)
+
+    # anomalies
+    kind, topic_ok, exists = F.col("kind"), F.col("_topic_ok"), F.col("_exists_before")
+    tid, pid, lrs = F.col("topic_id"), F.col("partition_id"), F.col("r_lrs")
+    code = (F.when((kind == "PR") & ~topic_ok, "UNKNOWN_TOPIC")
+            .when((kind == "PR") & ~lrs.isin(0, 1), "INVALID_FIELD_VALUE")
+            .when((kind == "PR") & ~F.col("_pr_applies"), "DIRECTORIES_MISMATCH")
+            .when((kind == "PC") & ~topic_ok, "UNKNOWN_TOPIC")
+            .when((kind == "PC") & ~exists, "UNKNOWN_PARTITION")
+            .when((kind == "PC") & ~lrs.isin(-1, 0, 1), "INVALID_FIELD_VALUE"))
+    msg = (F.when((kind == "PR") & ~topic_ok, F.concat(F.lit("PartitionRecord for unknown topic id "), tid))
+           .when((kind == "PR") & ~lrs.isin(0, 1), F.format_string("LeaderRecoveryState %d is neither 0 nor 1", lrs))
+           .when(kind == "PR", F.format_string("%d directories for %d replicas", F.size("r_dirs"), F.size("r_replicas")))
+           .when(~topic_ok, F.concat(F.lit("PartitionChangeRecord for unknown topic id "), tid))
+           .when(~exists, F.format_string("PartitionChangeRecord for partition %d the topic does not have", pid))
+           .otherwise(F.format_string("LeaderRecoveryState %d is not -1, 0 or 1", lrs)))
+    bad = ev.withColumn("_code", code).where(F.col("_code").isNotNull())
+    anomalies = anomaly(bad, F.col("_code"), _entity(), msg, offset=F.col("_ord"))
+    fails = failed.join(ev.select(*STREAM, *KEY, "_vis", "_ord", "record_type"), [*STREAM, *KEY, "_vis", "_ord"])
+    anomalies = anomalies.unionByName(anomaly(fails, "DIRECTORIES_MISMATCH", _entity(), F.col("_fail_msg"), offset=F.col("_ord")))
+
+    # versions
+    spec = SILVER_TABLES["partitions"]
+    types = {f.name: spark_type(f.type) for f in spec.schema}
+    keep = (kind == "PR") & F.col("_pr_applies") | kind.isin("S", "T", "SA") | F.col("_applied")
+    c = carried.where(keep)
+    is_del = kind.isin("T", "SA")
+    fields = {"topic_name": F.col("c_topic_name"), **{x: F.col(f"c_{x}") for x in LISTS}, "leader": F.col("c_leader"),
+              "leader_recovery_state": F.col("c_lrs"), "leader_epoch": F.col("c_le"), "partition_epoch": F.col("c_pe"),
+              "directories": F.col("c_directories")}
+    final = c.select(*STREAM, *KEY, *[F.when(~is_del, v).cast(types[n]).alias(n) for n, v in fields.items()],
+                     *_META, is_del.alias("_del"), kind.isin("S", "SA").alias("_snap"))
+    ann = annotate(final, "partitions")
+    vers = versions(ann, "partitions")
+    dropped = (ann.where(F.col("_keep") & F.col("_del") & ~F.col("_snap"))
+               .groupBy(*STREAM, "topic_id", "record_offset").agg(F.count(F.lit(1)).alias("dropped")))
+    return vers, anomalies, dropped

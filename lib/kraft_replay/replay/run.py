@@ -1,0 +1,142 @@
+"""``run_replay``: the batch replay job — bronze tables in, every silver table written (docs/design.md,
+"Silver tables (replay)").
+
+One run of the lake (``Lake.start_run`` ... ``Lake.publish``): each silver table is created if
+missing (partitioned by ``cluster_id``) and the replayed clusters' rows are replaced in one commit
+per table (``replace_where``); the divergent copies replace the replayed clusters' earlier
+``DIVERGENT_UNCOMMITTED`` rows of ``ingest_quarantine`` (nothing else of it is touched); then every
+written table is published at once. Each stage is materialised once (``localCheckpoint``) so that the
+tables reading it do not recompute it. Progress lines go to ``say``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kraft_replay.replay.engine import ReplayTables, replay_tables
+from kraft_replay.replay.schemas import SILVER_TABLES
+from kraft_replay.replay.versioning import spark_schema
+
+__all__ = ["ReplayError", "ReplaySummary", "run_replay", "QUARANTINE", "BRONZE_INPUTS"]
+
+BRONZE_INPUTS = ("metadata_log", "metadata_control", "snapshot_records")
+QUARANTINE = "ingest_quarantine"
+
+
+class ReplayError(Exception):
+    """Bad input for a replay (one line: what is wrong and how to fix it)."""
+
+
+@dataclass
+class ReplaySummary:
+    run_id: str
+    clusters: list[str]
+    rows: dict[str, int] = field(default_factory=dict)
+    anomalies_by_code: dict[str, int] = field(default_factory=dict)
+    quarantined: int = 0
+    commit: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    published: dict[str, int] | None = None
+
+    def lines(self) -> list[str]:
+        """A one-screen summary: rows per table, anomalies by code, where each cluster's replay started."""
+        out = [f"replay {self.run_id}: {len(self.clusters)} cluster(s) ({', '.join(self.clusters)}) in {self.seconds:.1f} s"]
+        for c in self.commit:
+            start = (f"snapshot {c['start_snapshot_end_offset']}-{c['start_snapshot_epoch']}"
+                     if c["start_snapshot_end_offset"] is not None else "the empty image")
+            out.append(f"  {c['cluster_id']}: offsets {c['first_offset']}..{c['last_offset']}, {c['replayed_records']} records "
+                       f"replayed from {start}, committed through {c['committed_through_offset']}, "
+                       f"{c['anomalies']} anomalies, {c['divergent_records']} divergent records"
+                       + (f", transaction open since {c['open_transaction_offset']}" if c["open_transaction_offset"] is not None else ""))
+        out.append("  rows: " + ", ".join(f"{t} {n}" for t, n in self.rows.items()))
+        if self.anomalies_by_code:
+            out.append("  anomalies: " + ", ".join(f"{k} {v}" for k, v in sorted(self.anomalies_by_code.items())))
+        else:
+            out.append("  anomalies: none")
+        if self.quarantined:
+            out.append(f"  {QUARANTINE}: {self.quarantined} DIVERGENT_UNCOMMITTED record(s)")
+        if self.published is not None:
+            out.append(f"  published: run {self.run_id} ({len(self.published)} tables): visible to readers")
+        return out
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _where(clusters: list[str]) -> str:
+    return f"cluster_id IN ({', '.join(_sql_str(c) for c in clusters)})"
+
+
+def _read_bronze(lake, cluster_id: str | None) -> tuple[DataFrame, DataFrame, DataFrame]:  # noqa: ANN001 - a Lake
+    missing = [t for t in BRONZE_INPUTS if not lake.exists(t)]
+    if missing:
+        raise ReplayError(f"lake {lake.root}: table {missing[0]} is missing: run `kraft-replay ingest PATH --lake "
+                          f"{lake.root}` (or `kraft-replay generate`) first")
+    where = None if cluster_id is None else f"cluster_id = {_sql_str(cluster_id)}"
+    return tuple(lake.read(t, where=where) for t in BRONZE_INPUTS)  # type: ignore[return-value]
+
+
+def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
+               say: Callable[[str], None] = print, checkpoint: Callable[[DataFrame], DataFrame] | None = None) -> ReplaySummary:
+    """Replay the bronze tables of ``cluster_id`` (default: every cluster in them) into every silver
+    table of :data:`kraft_replay.replay.schemas.SILVER_TABLES` (see the module docstring)."""
+    t0 = time.time()
+    run_id = uuid.uuid4().hex[:12]
+    log, control, snapshots = _read_bronze(lake, cluster_id)
+    clusters = sorted(r.cluster_id for r in
+                      log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
+                      .distinct().collect())
+    if not clusters:
+        what = f"cluster {cluster_id!r}" if cluster_id is not None else "any cluster"
+        raise ReplayError(f"lake {lake.root}: the bronze tables hold no rows of {what}: ingest its files first"
+                          + ("" if cluster_id is None else " (or check --cluster-id)"))
+    say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
+    n_ckpt = [0]
+
+    def ckpt(df: DataFrame) -> DataFrame:
+        n_ckpt[0] += 1
+        out = df.localCheckpoint(eager=True)
+        if n_ckpt[0] % 10 == 0:
+            say(f"  ... {n_ckpt[0]} stages materialised ({time.time() - t0:.0f} s)")
+        return out
+
+    res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=checkpoint or ckpt)
+    say(f"  plan built and stages materialised in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES)} tables")
+    summary = ReplaySummary(run_id, clusters)
+    where = _where(clusters)
+    quarantine = res.quarantine.localCheckpoint(eager=True)
+    summary.quarantined = quarantine.count()
+    write_q = lake.exists(QUARANTINE) and (
+        summary.quarantined > 0
+        or not lake.read(QUARANTINE, where=where).where(F.col("reason_code") == "DIVERGENT_UNCOMMITTED").isEmpty())
+    tables = list(SILVER_TABLES) + ([QUARANTINE] if write_q else [])
+    lake.start_run(run_id, tables)
+    try:
+        for name, spec in SILVER_TABLES.items():
+            lake.create_table(name, spark_schema(name), partition_by=list(spec.partition_by))
+            df = res[name]
+            r = lake.overwrite(name, df, replace_where=where)
+            summary.rows[name] = r.rows
+            say(f"  {name}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
+        if write_q:
+            old = (lake.read(QUARANTINE, where=where).where(F.col("reason_code") != "DIVERGENT_UNCOMMITTED")
+                   .localCheckpoint(eager=True))
+            q = old.unionByName(quarantine.select(*old.columns))
+            r = lake.overwrite(QUARANTINE, q, replace_where=where)
+            say(f"  {QUARANTINE}: {summary.quarantined} DIVERGENT_UNCOMMITTED row(s) (v{r.version})")
+        summary.published = lake.publish(tables, run_id)
+    except BaseException:
+        lake.end_run()
+        raise
+    an = res["replay_anomalies"].groupBy("reason_code").count().collect()
+    summary.anomalies_by_code = {r["reason_code"]: r["count"] for r in an}
+    summary.commit = [r.asDict() for r in res["log_commit"].orderBy("cluster_id").collect()]
+    summary.seconds = time.time() - t0
+    return summary

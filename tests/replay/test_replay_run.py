@@ -1,0 +1,152 @@
+"""``run_replay`` / ``kraft-replay replay`` and ``kraft-replay image``: bronze tables of a tmp lake
+replayed into the silver tables (partitioned by cluster_id, a cluster's rows replaced on a re-run,
+divergent copies in ingest_quarantine), the image API and the image CLI equal to the oracle's image."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import replay_scenarios as scenarios  # noqa: E402
+from replay_oracle import replay  # noqa: E402
+
+from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
+from kraft_replay.ingest.tables import ensure_bronze_tables  # noqa: E402
+from kraft_replay.lake import Lake  # noqa: E402
+from kraft_replay.replay import image, image_json, run_replay  # noqa: E402
+from kraft_replay.replay.images import ImageError, image_diff, register_as_of_views  # noqa: E402
+from kraft_replay.replay.schemas import SILVER_TABLES  # noqa: E402
+from kraft_replay.serve.cli import main  # noqa: E402
+
+CLUSTERS = ["snap_at_gap", "divergent", "txn_commit", "mid_stream"]
+
+
+def _write_bronze(spark, lake: Lake, names: list[str]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    ensure_bronze_tables(lake)
+    log, ctl, snap = scenarios.bronze(names)
+    for name, t, schema in (("metadata_log", log, LOG_SCHEMA), ("metadata_control", ctl, CONTROL_SCHEMA),
+                            ("snapshot_records", snap, SNAPSHOT_SCHEMA)):
+        lake.append(name, spark.createDataFrame(t.cast(schema)))
+    q = pa.Table.from_pylist([{"cluster_id": "divergent", "source_file": "x.log", "source_position": 0, "length": 61,
+                               "offset": None, "records": None, "reason_code": "CRC_MISMATCH", "reason": "bad crc",
+                               "raw": b"", "ingested_at": None}], schema=QUARANTINE_SCHEMA)
+    lake.append("ingest_quarantine", spark.createDataFrame(q))
+    return log, ctl, snap
+
+
+@pytest.fixture(scope="module")
+def replayed(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("lake")
+    lake = Lake(str(root), spark, backend="deltars")
+    log, ctl, snap = _write_bronze(spark, lake, CLUSTERS)
+    lines: list[str] = []
+    summary = run_replay(spark, lake, say=lines.append)
+    return lake, summary, lines, replay(log, ctl, snap)
+
+
+def test_run_replay_writes_every_silver_table(replayed) -> None:
+    lake, summary, lines, oracle = replayed
+    assert summary.clusters == sorted(CLUSTERS)
+    for t, spec in SILVER_TABLES.items():
+        assert lake.exists(t), t
+        got = lake.read(t)
+        assert got.count() == oracle[t].num_rows == summary.rows[t], t
+        assert list(spec.partition_by) == ["cluster_id"]
+    want = Counter(a["reason_code"] for a in oracle.anomalies())
+    assert summary.anomalies_by_code == dict(want) and want["LOG_STARTS_MID_STREAM"] == 1
+    text = "\n".join(summary.lines())
+    assert "snap_at_gap: offsets 0..21" in text
+    assert "anomalies: " + ", ".join(f"{k} {v}" for k, v in sorted(want.items())) in text
+    assert any(line.startswith("  partitions: ") for line in lines)  # progress lines
+
+
+def test_divergent_copies_join_the_quarantine_without_touching_the_rest(replayed) -> None:
+    lake, summary, _, oracle = replayed
+    q = lake.read("ingest_quarantine").where(F.col("cluster_id") == "divergent")
+    codes = sorted(r.reason_code for r in q.collect())
+    assert codes == ["CRC_MISMATCH", "DIVERGENT_UNCOMMITTED", "DIVERGENT_UNCOMMITTED"]
+    assert summary.quarantined == oracle.quarantine.num_rows == 2
+
+
+def test_a_rerun_replaces_the_clusters_rows(spark, replayed) -> None:
+    lake, _, _, oracle = replayed
+    again = run_replay(spark, lake, cluster_id="txn_commit", say=lambda _: None)
+    assert again.clusters == ["txn_commit"]
+    for t in ("topics", "partitions", "log_batches", "log_commit"):
+        assert lake.read(t).count() == oracle[t].num_rows, t
+    q = lake.read("ingest_quarantine")
+    assert q.where("reason_code = 'DIVERGENT_UNCOMMITTED'").count() == 2
+
+
+def test_image_api_equals_the_oracle(replayed) -> None:
+    lake, _, _, oracle = replayed
+    for cluster, offsets in (("snap_at_gap", [14, 18, 19, 20, 21]), ("txn_commit", [0, 5, 6, 7]), ("divergent", [9, 11])):
+        for off in offsets:
+            imgs = image(lake, cluster, offset=off)
+            assert image_json(imgs, cluster, off) == oracle.image_at(off, cluster), (cluster, off)
+    with pytest.raises(ImageError, match="has not been replayed"):
+        image(lake, "nope", offset=1)
+    with pytest.raises(ImageError, match="replay starts at offset 10"):
+        image(lake, "mid_stream", offset=9)
+    assert image_json(image(lake, "mid_stream", offset=10), "mid_stream", 10) == oracle.image_at(10, "mid_stream")
+    # by time: the image after the last batch appended at or before it
+    batches = lake.read("log_batches").where("cluster_id = 'txn_commit'").orderBy("batch_base_offset").collect()
+    at = batches[2].append_time
+    imgs = image(lake, "txn_commit", time=at.isoformat(), domains=["topics", "features"])
+    assert set(imgs) == {"topics", "features"}
+    assert image_json(imgs, "txn_commit", batches[2].batch_last_offset)["features"] == oracle.image_at(
+        batches[2].batch_last_offset, "txn_commit")["features"]
+
+
+def test_as_of_views_in_sql(spark, replayed) -> None:
+    lake, _, _, oracle = replayed
+    register_as_of_views(lake, offset=20)
+    got = spark.sql("SELECT topic_id, partition_id, isr FROM partitions_as_of WHERE cluster_id = 'snap_at_gap'").collect()
+    want = [(p["topic_id"], p["partition_id"], p["isr"]) for p in oracle.image_at(20, "snap_at_gap")["partitions"]]
+    assert [(r.topic_id, r.partition_id, r.isr) for r in got] == want
+
+
+def test_image_cli_json_and_table(replayed, capsys) -> None:
+    lake, _, _, oracle = replayed
+    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "snap_at_gap", "--offset", "20",
+                 "--format", "json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert json.loads(out) == oracle.image_at(20, "snap_at_gap")
+    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "snap_at_gap", "--domain", "partitions"])
+    out = capsys.readouterr().out
+    assert code == 0 and "partitions (1)" in out and "as of offset 21" in out and "topics" not in out
+    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "nope", "--offset", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "has not been replayed" in err
+
+
+def test_image_cli_diff_between_two_offsets(replayed, capsys) -> None:
+    lake, _, _, oracle = replayed
+    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "snap_at_gap", "--offset", "14",
+                 "--diff-to", "20", "--format", "json"])
+    diff = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert diff == image_diff(oracle.image_at(14, "snap_at_gap"), oracle.image_at(20, "snap_at_gap"))
+    topics = {(c["key"]["topic_id"], c["change"]) for c in diff["changes"]["topics"]}
+    assert topics == {(scenarios.T1, "removed"), (scenarios.T2, "added")}
+    assert "producer_ids" not in diff["changes"] and "metadata_version" not in diff
+    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "snap_at_gap", "--offset", "14",
+                 "--diff-to", "20", "--domain", "brokers"])
+    out = capsys.readouterr().out
+    assert code == 0 and "- broker_id=3" in out and "~ broker_id=1" in out and "topics" not in out
+
+
+def test_replay_cli_on_a_lake_without_bronze_is_one_line(tmp_path, capsys) -> None:
+    code = main(["--profile", "test", "replay", "--lake", str(tmp_path / "empty")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "metadata_log is missing" in err
