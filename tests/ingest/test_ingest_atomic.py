@@ -240,3 +240,31 @@ def test_damaged_start_under_strict_and_files_without_any_batch(tmp_path: Path) 
     cut = tmp_path / "00000000000000000200.log"
     cut.write_bytes((PART / "00000000000000000000.log").read_bytes()[:60])
     assert [f.data_start for f in discover([str(cut)])[0]] == [0]
+
+
+def test_run_dying_before_ingest_files_is_invisible_and_redone(spark, lake, real_kraft_dir: Path, monkeypatch) -> None:
+    """In-process variant (the driver dies, as a SystemExit, where ``ingest_files`` would commit): the
+    record tables' commits are unpublished; the rerun rolls them back and commits everything again
+    (its txn app ids carry its run id, so the dead commits' txns do not make it skip anything)."""
+    name = "rjmfernandes__flink-on-prem__00000000000000000000.log"
+    real_commit = Lake.commit_staged
+
+    def dying_commit(self, staged, txn=None):  # noqa: ANN001, ANN202
+        if staged.table == "ingest_files":
+            raise SystemExit("killed before ingest_files")
+        return real_commit(self, staged, txn=txn)
+
+    monkeypatch.setattr(Lake, "commit_staged", dying_commit)
+    lines: list[str] = []
+    with pytest.raises(SystemExit):
+        run_ingest(spark, lake, [str(real_kraft_dir / name)], cluster_id="r", say=lines.append)
+    assert any("failed after committing metadata_log v" in line and "unpublished" in line for line in lines)
+    assert lake.read("metadata_log").count() == 0 and lake.read("ingest_files").count() == 0
+    rows = lake.read("metadata_log", latest=True).count()
+    assert rows > 0
+    monkeypatch.setattr(Lake, "commit_staged", real_commit)
+    s = run_ingest(spark, lake, [str(real_kraft_dir / name)], cluster_id="r", say=_quiet)
+    assert {r.table for r in s.rolled_back} == set(TABLES) - {"ingest_files"}
+    assert s.rows["metadata_log"] == rows and s.rows["ingest_files"] == 1
+    log = lake.read("metadata_log")
+    assert log.count() == rows == log.select("offset").distinct().count()

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 
 from bronze_builder import BronzeLog, broker, change, config, feature, mv, partition, rec, topic  # noqa: E402
 
+from kraft_replay.codec.files import classify  # noqa: E402
+from kraft_replay.ingest.bronze import decode_to_arrow  # noqa: E402
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
 from kraft_replay.replay.engine import replay_tables  # noqa: E402
 from kraft_replay.replay.schemas import SILVER_TABLES  # noqa: E402
@@ -395,8 +399,17 @@ def bronze(names: list[str] | None = None) -> tuple[pa.Table, pa.Table, pa.Table
             pa.concat_tables(snaps).cast(SNAPSHOT_SCHEMA))
 
 
+def arrow_df(spark, table: pa.Table, schema: pa.Schema | None = None):
+    """A Spark DataFrame of an Arrow table. The chunks are combined first: PySpark 4.2's
+    ``createDataFrame(pyarrow.Table)`` silently drops the rows after an empty chunk (as
+    ``concat_tables`` of empty and non-empty tables makes)."""
+    if schema is not None:
+        table = table.cast(schema) if table.num_rows else schema.empty_table()
+    return spark.createDataFrame(table.combine_chunks())
+
+
 def _df(spark, table: pa.Table, schema: pa.Schema):
-    return spark.createDataFrame(table.cast(schema) if table.num_rows else schema.empty_table())
+    return arrow_df(spark, table, schema)
 
 
 def spark_replay(spark, log: pa.Table, control: pa.Table, snaps: pa.Table):
@@ -405,3 +418,54 @@ def spark_replay(spark, log: pa.Table, control: pa.Table, snaps: pa.Table):
                         checkpoint=lambda d: d.localCheckpoint())
     got = {t: res[t].toArrow().cast(SILVER_TABLES[t].schema) for t in SILVER_TABLES}
     return res, got
+
+
+REAL = ["codecrafters", "dkoh12", "ftmhxp", "greenlemonT", "hiage", "rjmfernandes"]
+PAIRS = [("dkoh12", 7209), ("ftmhxp", 7268), ("greenlemonT", 28869), ("rjmfernandes", 7752), ("rjmfernandes", 14926)]
+
+
+@cache
+def _decode(directory: str, prefix: str) -> tuple[pa.Table, pa.Table, pa.Table]:
+    logs, ctls, snaps = [], [], []
+    for p in sorted(Path(directory).iterdir()):
+        if not p.is_file() or not p.name.startswith(prefix):
+            continue
+        info = classify(p.name)
+        if info.kind.value not in ("segment", "snapshot", "bootstrap"):
+            continue
+        chunk = decode_to_arrow(p.read_bytes(), cluster_id=prefix, source_file=p.name, file_kind=info.kind.value,
+                                snapshot_end_offset=info.end_offset, snapshot_epoch=info.epoch)
+        assert chunk.quarantine.num_rows == 0, p.name
+        logs.append(chunk.log)
+        ctls.append(chunk.control)
+        snaps.append(chunk.snapshot)
+    assert logs, f"no files named {prefix}* in {directory}"
+    return pa.Table.from_batches(logs), pa.Table.from_batches(ctls), pa.Table.from_batches(snaps)
+
+
+def _relabel(t: pa.Table, cluster: str) -> pa.Table:
+    return t.set_column(t.schema.get_field_index("cluster_id"), "cluster_id", pa.array([cluster] * t.num_rows, pa.string()))
+
+
+def _snapshot_only(control: pa.Table, snaps: pa.Table, end: int, cluster: str) -> tuple[pa.Table, pa.Table]:
+    ctl = control.filter(pc.equal(pc.fill_null(control.column("snapshot_end_offset"), -1), end))
+    sn = snaps.filter(pc.equal(snaps.column("snapshot_end_offset"), end))
+    return _relabel(ctl, cluster), _relabel(sn, cluster)
+
+
+def real_bronze(real_kraft_dir: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Every real file's cluster (its log with the log's control rows and every snapshot), plus one
+    cluster ``<prefix>@<END>`` per log/snapshot pair holding only that snapshot."""
+    logs, ctls, snaps = [], [], []
+    for prefix in REAL:
+        log, control, sn = _decode(str(real_kraft_dir), prefix)
+        logs.append(log)
+        ctls.append(control)
+        snaps.append(sn)
+    for prefix, end in PAIRS:
+        _, control, sn = _decode(str(real_kraft_dir), prefix)
+        c, s = _snapshot_only(control, sn, end, f"{prefix}@{end}")
+        ctls.append(c)
+        snaps.append(s)
+    return (pa.concat_tables([t.cast(LOG_SCHEMA) for t in logs]), pa.concat_tables([t.cast(CONTROL_SCHEMA) for t in ctls]),
+            pa.concat_tables([t.cast(SNAPSHOT_SCHEMA) for t in snaps]))

@@ -8,13 +8,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from bronze_builder import BronzeLog, change, mv, partition, rec, topic  # noqa: E402
+from replay_scenarios import arrow_df  # noqa: E402
 
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
 from kraft_replay.replay import log as L  # noqa: E402
@@ -23,33 +27,57 @@ T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
 
 
 class Stage:
-    """The log stage's frames for one hand-built log."""
+    """The log stage's frames for hand-built logs (any number of clusters), each materialised once."""
 
-    def __init__(self, spark, b: BronzeLog) -> None:
-        log, ctl, snap = b.tables()
-        self.log = spark.createDataFrame(log.cast(LOG_SCHEMA)) if log.num_rows else spark.createDataFrame(LOG_SCHEMA.empty_table())
-        self.ctl = spark.createDataFrame(ctl.cast(CONTROL_SCHEMA) if ctl.num_rows else CONTROL_SCHEMA.empty_table())
-        self.snap = spark.createDataFrame(snap.cast(SNAPSHOT_SCHEMA) if snap.num_rows else SNAPSHOT_SCHEMA.empty_table())
-        self.positions = L.log_positions(self.log, self.ctl)
-        self.batches = L.mark_divergent(L.log_batches(self.positions))
-        self.catalog = L.snapshot_catalog(self.snap, self.ctl)
-        self.usable = L.usable_snapshots(self.catalog)
+    def __init__(self, spark, logs: list[BronzeLog]) -> None:
+        tabs = [b.tables() for b in logs]
+        log, ctl, snap = (pa.concat_tables([t[i] for t in tabs]) for i in range(3))
+        ck = _checkpoint
+        self.log = ck(arrow_df(spark, log, LOG_SCHEMA))
+        self.ctl = ck(arrow_df(spark, ctl, CONTROL_SCHEMA))
+        self.snap = ck(arrow_df(spark, snap, SNAPSHOT_SCHEMA))
+        self.positions = ck(L.log_positions(self.log, self.ctl))
+        self.batches = ck(L.mark_divergent(L.log_batches(self.positions)))
+        self.catalog = ck(L.snapshot_catalog(self.snap, self.ctl))
+        self.usable = ck(L.usable_snapshots(self.catalog))
         clusters = self.log.select("cluster_id").union(self.ctl.select("cluster_id")).union(self.snap.select("cluster_id")).distinct()
-        self.starts = L.replay_starts(self.positions, self.batches, self.usable, clusters)
-        self.kept = L.kept_records(self.log, self.batches)
-        self.gaps = L.offset_gaps(self.positions, self.batches, self.starts, self.usable)
-        self.txns = L.transactions(self.kept, self.starts)
-        self.spans = L.transaction_spans(self.txns, self.starts)
-        self.applied = L.applied_records(self.kept, self.starts, self.spans)
-        self.commit = L.commit_certainty(self.batches, self.usable, self.starts)
+        self.starts = ck(L.replay_starts(self.positions, self.batches, self.usable, clusters))
+        self.kept = ck(L.kept_records(self.log, self.batches))
+        self.gaps = ck(L.offset_gaps(self.positions, self.batches, self.starts, self.usable))
+        self.txns = ck(L.transactions(self.kept, self.starts))
+        self.spans = ck(L.transaction_spans(self.txns, self.starts))
+        self.applied = ck(L.applied_records(self.kept, self.starts, self.spans))
+        self.commit = ck(L.commit_certainty(self.batches, self.usable, self.starts))
+
+    def of(self, cluster: str) -> "Stage":
+        """A view of one cluster's rows of every frame."""
+        view = object.__new__(Stage)
+        for k, v in vars(self).items():
+            setattr(view, k, v.where(F.col("cluster_id") == cluster))
+        return view
 
 
-def _cols(df, *names):
-    return df.select(*names).orderBy(*names)
+def _checkpoint(df):
+    return df.localCheckpoint()
 
 
-def test_transactions_committed_aborted_open_and_marker_errors(spark) -> None:
-    b = BronzeLog()
+CASES: dict[str, BronzeLog] = {}
+
+
+def case(fn):
+    b = BronzeLog(fn.__name__)
+    fn(b)
+    CASES[fn.__name__] = b
+    return fn
+
+
+@pytest.fixture(scope="module")
+def stage(spark) -> Stage:
+    return Stage(spark, list(CASES.values()))
+
+
+@case
+def transactions(b: BronzeLog) -> None:
     b.batch(mv(14), rec("BEGIN_TRANSACTION_RECORD", name=None), topic("t", T1), rec("END_TRANSACTION_RECORD"))  # 0..3
     b.batch(rec("ABORT_TRANSACTION_RECORD", reason=None))                                                        # 4
     b.batch(rec("BEGIN_TRANSACTION_RECORD", name=None), rec("BEGIN_TRANSACTION_RECORD", name=None), topic("u", T1),
@@ -57,7 +85,97 @@ def test_transactions_committed_aborted_open_and_marker_errors(spark) -> None:
     b.batch(rec("END_TRANSACTION_RECORD"))                                                                       # 9
     b.batch(rec("BEGIN_TRANSACTION_RECORD", name=None), topic("v", T1), rec("ABORT_TRANSACTION_RECORD", reason="x"))  # 10..12
     b.batch(rec("BEGIN_TRANSACTION_RECORD", name=None), topic("w", T1))                                          # 13..14
-    s = Stage(spark, b)
+
+
+@case
+def visibility(b: BronzeLog) -> None:
+    b.batch(mv(14), rec("BEGIN_TRANSACTION_RECORD", name=None), topic("t", T1))    # 0..2
+    b.batch(partition(T1, 0, [1]), rec("END_TRANSACTION_RECORD"))                  # 3..4
+    b.batch(change(T1, 0, isr=[]), rec("NO_OP_RECORD"))                             # 5..6
+    b.batch(rec("BEGIN_TRANSACTION_RECORD", name=None), change(T1, 0, isr=[1]), rec("ABORT_TRANSACTION_RECORD", reason="x"))
+    b.batch(change(T1, 0, isr=[1]))                                                 # 10
+    b.batch(rec("BEGIN_TRANSACTION_RECORD", name=None), change(T1, 0, isr=[]))     # 11..12: still open
+
+
+@case
+def divergence(b: BronzeLog) -> None:
+    b.batch(mv(11), topic("t", T1))                                           # 0..1 epoch 1
+    b.batch(change(T1, 0, isr=[1]), change(T1, 0, isr=[2]), change(T1, 0, isr=[3]), at=2, epoch=1)  # 2..4 epoch 1
+    b.batch(rec("NO_OP_RECORD"), rec("NO_OP_RECORD"), rec("NO_OP_RECORD"), at=2, epoch=2)           # 2..4 epoch 2
+    b.offset = 5
+    b.batch(rec("NO_OP_RECORD"), rec("NO_OP_RECORD"), epoch=1)              # 5..6 epoch 1
+
+
+@case
+def copies(b: BronzeLog) -> None:
+    b.batch(mv(11), topic("t", T1))
+    b.log.append(dict(b.log[-1], source_file="b.log"))                                     # identical copy
+    b.log.append(dict(b.log[0], source_file="c.log", feature_level={"name": "metadata.version", "feature_level": 12}))
+
+
+def _certainty(b: BronzeLog) -> int:
+    b.batch(mv(11))
+    b.noop(2)                       # 1, 2
+    lc = b.leader_change()          # 3: epoch 2
+    b.noop(2)                       # 4, 5
+    return lc
+
+
+@case
+def certain_by_epoch(b: BronzeLog) -> None:
+    _certainty(b)
+
+
+@case
+def certain_by_snapshot(b: BronzeLog) -> None:
+    _certainty(b)
+    b.snapshot(5, 2, [mv(11)])
+
+
+@case
+def certain_none(b: BronzeLog) -> None:
+    b.batch(mv(11))
+
+
+@case
+def provenance(b: BronzeLog) -> None:
+    b.leader_change()
+    b.batch(mv(11), topic("t", T1))
+    b.leader_change()
+
+
+def _mid(snapshot_end):
+    def build(b: BronzeLog) -> None:
+        b.offset = 100
+        b.batch(mv(11), topic("t", T1), rec("NO_OP_RECORD"))   # 100..102
+        b.skip(7)                                               # 103..109 missing
+        b.batch(rec("NO_OP_RECORD"))                           # 110
+        if snapshot_end is not None:
+            b.snapshot(snapshot_end, 1, [mv(11)])
+    build.__name__ = f"start_{snapshot_end}"
+    return build
+
+
+for _end in (None, 100, 102, 50, 106):
+    case(_mid(_end))
+
+
+@case
+def buckets(b: BronzeLog) -> None:
+    b.offset = 999_998
+    b.batch(rec("NO_OP_RECORD"), rec("NO_OP_RECORD"))   # 999 998..999 999
+    b.batch(rec("NO_OP_RECORD"))                        # 1 000 000
+    b.skip(4)
+    b.batch(rec("NO_OP_RECORD"))                        # 1 000 005
+    b.snapshot(999_998, 1, [mv(11)])
+
+
+def _cols(df, *names):
+    return df.select(*names).orderBy(*names)
+
+
+def test_transactions_committed_aborted_open_and_marker_errors(spark, stage) -> None:
+    s = stage.of("transactions")
     got = _cols(s.txns, "offset", "outcome", "close_offset", "open_begin")
     want = spark.createDataFrame([
         (1, "COMMITTED", 3, 1), (3, "CLOSE", None, 1), (4, "CLOSE_WITHOUT_BEGIN", None, 1), (5, "COMMITTED", 8, 5),
@@ -74,17 +192,10 @@ def test_transactions_committed_aborted_open_and_marker_errors(spark) -> None:
     assert_df_equality(an, want, ignore_nullable=True)
 
 
-def test_visibility_inside_transactions(spark) -> None:
-    b = BronzeLog()
-    b.batch(mv(14), rec("BEGIN_TRANSACTION_RECORD", name=None), topic("t", T1))    # 0..2
-    b.batch(partition(T1, 0, [1]), rec("END_TRANSACTION_RECORD"))                  # 3..4
-    b.batch(change(T1, 0, isr=[]), rec("NO_OP_RECORD"))                             # 5..6
-    b.batch(rec("BEGIN_TRANSACTION_RECORD", name=None), change(T1, 0, isr=[1]), rec("ABORT_TRANSACTION_RECORD", reason="x"))
-    b.batch(change(T1, 0, isr=[1]))                                                 # 10
-    b.batch(rec("BEGIN_TRANSACTION_RECORD", name=None), change(T1, 0, isr=[]))     # 11..12: still open
-    s = Stage(spark, b)
+def test_visibility_inside_transactions(spark, stage) -> None:
+    s = stage.of("visibility")
     got = _cols(s.applied, "offset", "_vis", "_vtime")
-    t = {r["offset"]: r["append_time"] for r in b.log}
+    t = {r["offset"]: r["append_time"] for r in CASES["visibility"].log}
     want = spark.createDataFrame([(0, 0, t[0]), (2, 4, t[4]), (3, 4, t[4]), (5, 5, t[5]), (10, 10, t[10])],
                                  "offset long, _vis long, _vtime timestamp")
     assert_df_equality(got, want, ignore_nullable=True)
@@ -94,16 +205,10 @@ def test_visibility_inside_transactions(spark) -> None:
     assert_df_equality(opened, want, ignore_nullable=True)
 
 
-def test_divergent_batch_is_one_a_higher_epoch_overlaps(spark) -> None:
+def test_divergent_batch_is_one_a_higher_epoch_overlaps(spark, stage) -> None:
     """Raft: a new leader (epoch 2) rewrote the log from offset 2: the epoch-1 batch 2..4 is divergent
     (its records go to the quarantine), the epoch-1 batch 5..6 no higher epoch covers is not."""
-    b = BronzeLog()
-    b.batch(mv(11), topic("t", T1))                                           # 0..1 epoch 1
-    b.batch(change(T1, 0, isr=[1]), change(T1, 0, isr=[2]), change(T1, 0, isr=[3]), at=2, epoch=1)  # 2..4 epoch 1
-    b.batch(rec("NO_OP_RECORD"), rec("NO_OP_RECORD"), rec("NO_OP_RECORD"), at=2, epoch=2)           # 2..4 epoch 2
-    b.offset = 5
-    b.batch(rec("NO_OP_RECORD"), rec("NO_OP_RECORD"), epoch=1)              # 5..6 epoch 1
-    s = Stage(spark, b)
+    s = stage.of("divergence")
     got = _cols(s.batches, "batch_base_offset", "batch_leader_epoch", "divergent", "records")
     want = spark.createDataFrame([(0, 1, False, 2), (2, 1, True, 3), (2, 2, False, 3), (5, 1, False, 2)],
                                  "batch_base_offset long, batch_leader_epoch int, divergent boolean, records int")
@@ -114,12 +219,8 @@ def test_divergent_batch_is_one_a_higher_epoch_overlaps(spark) -> None:
     assert [r.api_key for r in _cols(s.kept.where("_copy = 1"), "offset", "api_key").collect()] == [12, 2, 20, 20, 20, 20, 20]
 
 
-def test_identical_copies_are_one_record_and_different_ones_conflict(spark) -> None:
-    b = BronzeLog()
-    b.batch(mv(11), topic("t", T1))
-    b.log.append(dict(b.log[-1], source_file="b.log"))                                     # identical copy
-    b.log.append(dict(b.log[0], source_file="c.log", feature_level={"name": "metadata.version", "feature_level": 12}))
-    s = Stage(spark, b)
+def test_identical_copies_are_one_record_and_different_ones_conflict(stage) -> None:
+    s = stage.of("copies")
     assert s.kept.where("_copy = 1").count() == 2
     an = L.conflicting_copies(s.kept, s.starts).collect()
     assert [(a.offset, a.reason_code) for a in an] == [(0, "CONFLICTING_COPIES")]
@@ -127,29 +228,13 @@ def test_identical_copies_are_one_record_and_different_ones_conflict(spark) -> N
                              "00000000000000000000.log, FEATURE_LEVEL_RECORD from c.log); the first is kept")
 
 
-def test_commit_certainty_by_later_epoch_or_snapshot(spark) -> None:
-    b = BronzeLog()
-    b.batch(mv(11))
-    b.noop(2)                       # 1, 2
-    lc = b.leader_change()          # 3: epoch 2
-    b.noop(2)                       # 4, 5
-    s = Stage(spark, b)
-    assert [r.committed_through_offset for r in s.commit.collect()] == [lc - 1]
-    b.snapshot(5, 2, [mv(11)])
-    s = Stage(spark, b)
-    assert [r.committed_through_offset for r in s.commit.collect()] == [4]
-    one = BronzeLog()
-    one.batch(mv(11))
-    assert [r.committed_through_offset for r in Stage(spark, one).commit.collect()] == [-1]
+def test_commit_certainty_by_later_epoch_or_snapshot(stage) -> None:
+    got = {r.cluster_id: r.committed_through_offset for r in stage.commit.collect()}
+    assert (got["certain_by_epoch"], got["certain_by_snapshot"], got["certain_none"]) == (2, 4, -1)
 
 
-def test_control_batches_move_provenance(spark) -> None:
-    b = BronzeLog()
-    b.leader_change()
-    b.batch(mv(11), topic("t", T1))
-    b.leader_change()
-    s = Stage(spark, b)
-    got = _cols(L.image_offsets(s.batches), "image_offset", "image_epoch")
+def test_control_batches_move_provenance(spark, stage) -> None:
+    got = _cols(L.image_offsets(stage.of("provenance").batches), "image_offset", "image_epoch")
     want = spark.createDataFrame([(0, 2), (2, 2), (3, 3)], "image_offset long, image_epoch int")
     assert_df_equality(got, want, ignore_nullable=True)
 
@@ -161,15 +246,8 @@ def test_control_batches_move_provenance(spark) -> None:
     (50, 50, [(50, "OFFSET_GAP"), (103, "OFFSET_GAP")]),
     (106, 106, [(106, "OFFSET_GAP")]),   # the earliest snapshot the log reaches: replay starts there
 ])
-def test_start_gaps_and_mid_stream(spark, snapshot_end, start, codes) -> None:
-    b = BronzeLog()
-    b.offset = 100
-    b.batch(mv(11), topic("t", T1), rec("NO_OP_RECORD"))   # 100..102
-    b.skip(7)                                               # 103..109 missing
-    b.batch(rec("NO_OP_RECORD"))                           # 110
-    if snapshot_end is not None:
-        b.snapshot(snapshot_end, 1, [mv(11)])
-    s = Stage(spark, b)
+def test_start_gaps_and_mid_stream(stage, snapshot_end, start, codes) -> None:
+    s = stage.of(f"start_{snapshot_end}")
     st = s.starts.first()
     assert st.start_snapshot_end_offset == start and st.first_offset == 100 and st.last_offset == 110
     an = L.mid_stream_anomalies(s.starts).unionByName(L.gap_anomalies(s.gaps))
@@ -180,13 +258,5 @@ def test_start_gaps_and_mid_stream(spark, snapshot_end, start, codes) -> None:
     assert loads == ([] if snapshot_end is None else [snapshot_end])
 
 
-def test_gap_detection_across_offset_buckets(spark) -> None:
-    b = BronzeLog()
-    b.offset = 999_998
-    b.batch(rec("NO_OP_RECORD"), rec("NO_OP_RECORD"))   # 999 998..999 999
-    b.batch(rec("NO_OP_RECORD"))                        # 1 000 000
-    b.skip(4)
-    b.batch(rec("NO_OP_RECORD"))                        # 1 000 005
-    b.snapshot(999_998, 1, [mv(11)])
-    s = Stage(spark, b)
-    assert sorted((r.gap_lo, r.gap_hi) for r in s.gaps.collect()) == [(1_000_001, 1_000_005)]
+def test_gap_detection_across_offset_buckets(stage) -> None:
+    assert sorted((r.gap_lo, r.gap_hi) for r in stage.of("buckets").gaps.collect()) == [(1_000_001, 1_000_005)]

@@ -10,7 +10,6 @@ whole file costs a few Spark runs. A mismatch names the first differing entity a
 from __future__ import annotations
 
 import sys
-from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,18 +20,23 @@ from chispa import assert_df_equality
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_scenarios import spark_replay  # noqa: E402
-from replay_oracle import first_difference, replay  # noqa: E402
+from replay_oracle import first_difference  # noqa: E402
+from replay_scenarios import PAIRS, REAL, SCENARIOS  # noqa: E402
 
-from kraft_replay.codec.files import classify  # noqa: E402
-from kraft_replay.ingest.bronze import decode_to_arrow  # noqa: E402
-from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
+from kraft_replay.ingest.schemas import QUARANTINE_SCHEMA  # noqa: E402
 from kraft_replay.replay.images import image_frames, image_json  # noqa: E402
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES  # noqa: E402
 from kraft_replay.replay.versioning import spark_schema  # noqa: E402
 
-REAL = ["codecrafters", "dkoh12", "ftmhxp", "greenlemonT", "hiage", "rjmfernandes"]
-PAIRS = [("dkoh12", 7209), ("ftmhxp", 7268), ("greenlemonT", 28869), ("rjmfernandes", 7752), ("rjmfernandes", 14926)]
+REAL_CLUSTERS = [*REAL, *(f"{p}@{e}" for p, e in PAIRS)]
+
+
+def only(table: pa.Table, clusters) -> pa.Table:  # noqa: ANN001 - names
+    """The rows of ``clusters`` (the Spark run replays the scenarios and the real files together)."""
+    table = table.combine_chunks()
+    if table.num_rows == 0:
+        return table
+    return table.filter(pc.is_in(table.column("cluster_id"), pa.array(list(clusters), pa.string())))
 
 
 def assert_same(spark, name: str, expected: pa.Table, actual: pa.Table) -> None:
@@ -44,8 +48,8 @@ def assert_same(spark, name: str, expected: pa.Table, actual: pa.Table) -> None:
     order = [*spec.sort_key, *[c for c in spec.schema.names if c not in spec.sort_key
                                and not pa.types.is_list(spec.schema.field(c).type)]]
     schema = spark_schema(name)
-    exp = spark.createDataFrame(expected, schema=schema).orderBy(*order)
-    act = spark.createDataFrame(actual, schema=schema).orderBy(*order)
+    exp = spark.createDataFrame(expected.combine_chunks(), schema=schema).orderBy(*order)
+    act = spark.createDataFrame(actual.combine_chunks(), schema=schema).orderBy(*order)
     assert_df_equality(act, exp, ignore_nullable=True)
 
 
@@ -56,13 +60,14 @@ def assert_same(spark, name: str, expected: pa.Table, actual: pa.Table) -> None:
 @pytest.mark.parametrize("table", list(SILVER_TABLES))
 def test_scenarios_equal_the_oracle(spark, scenario_runs, table: str) -> None:
     oracle, _, got = scenario_runs
-    assert_same(spark, table, oracle[table], got[table])
+    assert_same(spark, table, oracle[table], only(got[table], SCENARIOS))
 
 
 def test_scenarios_cover_every_rule(scenario_runs) -> None:
     """The comparison has something to compare: every reason code of the contract but none, every
     versioned table, tombstones, snapshot versions and transaction-superseded versions occur."""
     oracle, _, got = scenario_runs
+    got = {t: only(v, SCENARIOS) for t, v in got.items()}
     codes = set(got["replay_anomalies"].column("reason_code").to_pylist())
     assert codes >= {"OFFSET_GAP", "LOG_STARTS_MID_STREAM", "SNAPSHOT_INCOMPLETE", "CONFLICTING_COPIES", "UNKNOWN_TOPIC",
                      "UNKNOWN_PARTITION", "UNKNOWN_BROKER", "BROKER_EPOCH_MISMATCH", "UNKNOWN_ENTITY",
@@ -78,7 +83,7 @@ def test_scenarios_cover_every_rule(scenario_runs) -> None:
 
 def test_divergent_copies_go_to_the_quarantine(spark, scenario_runs) -> None:
     oracle, res, _ = scenario_runs
-    got = res.quarantine.toArrow()
+    got = only(res.quarantine.toArrow(), SCENARIOS)
     cols = ["cluster_id", "offset", "source_file", "source_position", "reason_code", "reason"]
     key = [(c, "ascending") for c in cols]
     assert got.select(cols).sort_by(key).to_pylist() == oracle.quarantine.select(cols).sort_by(key).to_pylist()
@@ -90,69 +95,17 @@ def test_divergent_copies_go_to_the_quarantine(spark, scenario_runs) -> None:
 # real Kafka files
 
 
-@cache
-def _decode(directory: str, prefix: str) -> tuple[pa.Table, pa.Table, pa.Table]:
-    logs, ctls, snaps = [], [], []
-    for p in sorted(Path(directory).iterdir()):
-        if not p.is_file() or not p.name.startswith(prefix):
-            continue
-        info = classify(p.name)
-        if info.kind.value not in ("segment", "snapshot", "bootstrap"):
-            continue
-        chunk = decode_to_arrow(p.read_bytes(), cluster_id=prefix, source_file=p.name, file_kind=info.kind.value,
-                                snapshot_end_offset=info.end_offset, snapshot_epoch=info.epoch)
-        assert chunk.quarantine.num_rows == 0, p.name
-        logs.append(chunk.log)
-        ctls.append(chunk.control)
-        snaps.append(chunk.snapshot)
-    assert logs, f"no files named {prefix}* in {directory}"
-    return pa.Table.from_batches(logs), pa.Table.from_batches(ctls), pa.Table.from_batches(snaps)
-
-
-def _relabel(t: pa.Table, cluster: str) -> pa.Table:
-    return t.set_column(t.schema.get_field_index("cluster_id"), "cluster_id", pa.array([cluster] * t.num_rows, pa.string()))
-
-
-def _snapshot_only(control: pa.Table, snaps: pa.Table, end: int, cluster: str) -> tuple[pa.Table, pa.Table]:
-    ctl = control.filter(pc.equal(pc.fill_null(control.column("snapshot_end_offset"), -1), end))
-    sn = snaps.filter(pc.equal(snaps.column("snapshot_end_offset"), end))
-    return _relabel(ctl, cluster), _relabel(sn, cluster)
-
-
-@pytest.fixture(scope="module")
-def real_runs(spark, real_kraft_dir: Path):
-    """Every real file's cluster (its log with the log's control rows and every snapshot), plus one
-    cluster per log/snapshot pair holding only that snapshot, replayed by Spark in one run and by the
-    oracle."""
-    logs, ctls, snaps = [], [], []
-    for prefix in REAL:
-        log, control, sn = _decode(str(real_kraft_dir), prefix)
-        logs.append(log)
-        ctls.append(control)
-        snaps.append(sn)
-    for prefix, end in PAIRS:
-        _, control, sn = _decode(str(real_kraft_dir), prefix)
-        c, s = _snapshot_only(control, sn, end, f"{prefix}@{end}")
-        ctls.append(c)
-        snaps.append(s)
-    log = pa.concat_tables([t.cast(LOG_SCHEMA) for t in logs])
-    control = pa.concat_tables([t.cast(CONTROL_SCHEMA) for t in ctls])
-    sn = pa.concat_tables([t.cast(SNAPSHOT_SCHEMA) for t in snaps])
-    oracle = replay(log, control, sn)
-    res, got = spark_replay(spark, log, control, sn)
-    return oracle, res, got
-
-
 @pytest.mark.reference
 @pytest.mark.parametrize("table", list(SILVER_TABLES))
 def test_real_files_equal_the_oracle(spark, real_runs, table: str) -> None:
     oracle, _, got = real_runs
-    assert_same(spark, table, oracle[table], got[table])
+    assert_same(spark, table, oracle[table], only(got[table], REAL_CLUSTERS))
 
 
 @pytest.mark.reference
 def test_real_files_replay_something(real_runs) -> None:
     _, _, got = real_runs
+    got = {t: only(v, REAL_CLUSTERS) for t, v in got.items()}
     commit = {r["cluster_id"]: r for r in got["log_commit"].to_pylist()}
     assert set(commit) >= set(REAL)
     assert commit["greenlemonT"]["replayed_records"] > 30_000 and commit["greenlemonT"]["last_batch_leader_epoch"] == 190

@@ -89,7 +89,7 @@ def test_remove_topic_closes_partitions_and_topic_configs(spark, scenario_runs) 
     cfg = _rows(res, "configs", "remove_topic", "resource_name", "name", "value", "deleted", "valid_from_offset",
                 where=F.col("resource_type") == 2).orderBy("resource_name", "name", "valid_from_offset")
     want = spark.createDataFrame([
-        ("orders", "cleanup.policy", "compact", False, 10), ("orders", "cleanup.policy", None, True, 15),
+        ("orders", "cleanup.policy", "compact", False, 11), ("orders", "cleanup.policy", None, True, 15),
         ("orders", "retention.ms", "1000", False, 10), ("orders", "retention.ms", None, True, rm),
         ("orders", "retention.ms", "7", False, 20), ("payments", "retention.ms", "5", False, 12)],
         "resource_name string, name string, value string, deleted boolean, valid_from_offset long")

@@ -35,11 +35,11 @@ def _write_bronze(spark, lake: Lake, names: list[str]) -> tuple[pa.Table, pa.Tab
     log, ctl, snap = scenarios.bronze(names)
     for name, t, schema in (("metadata_log", log, LOG_SCHEMA), ("metadata_control", ctl, CONTROL_SCHEMA),
                             ("snapshot_records", snap, SNAPSHOT_SCHEMA)):
-        lake.append(name, spark.createDataFrame(t.cast(schema)))
+        lake.append(name, scenarios.arrow_df(spark, t, schema))
     q = pa.Table.from_pylist([{"cluster_id": "divergent", "source_file": "x.log", "source_position": 0, "length": 61,
                                "offset": None, "records": None, "reason_code": "CRC_MISMATCH", "reason": "bad crc",
                                "raw": b"", "ingested_at": None}], schema=QUARANTINE_SCHEMA)
-    lake.append("ingest_quarantine", spark.createDataFrame(q))
+    lake.append("ingest_quarantine", scenarios.arrow_df(spark, q))
     return log, ctl, snap
 
 
@@ -89,7 +89,7 @@ def test_a_rerun_replaces_the_clusters_rows(spark, replayed) -> None:
 
 def test_image_api_equals_the_oracle(replayed) -> None:
     lake, _, _, oracle = replayed
-    for cluster, offsets in (("snap_at_gap", [14, 18, 19, 20, 21]), ("txn_commit", [0, 5, 6, 7]), ("divergent", [9, 11])):
+    for cluster, offsets in (("snap_at_gap", [14, 18, 21]), ("txn_commit", [5, 6]), ("divergent", [11])):
         for off in offsets:
             imgs = image(lake, cluster, offset=off)
             assert image_json(imgs, cluster, off) == oracle.image_at(off, cluster), (cluster, off)

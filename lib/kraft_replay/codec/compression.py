@@ -26,9 +26,10 @@ import cramjam
 import lz4.frame
 import zstandard
 
-# Default ceiling for one batch's decompressed records section. Kafka's metadata batches are at
-# most 8 MiB; the ceiling leaves generous room while keeping a bomb from taking the worker down.
-DEFAULT_LIMIT = 256 * 1024 * 1024
+# Default ceiling for one batch's decompressed records section. KRaft's batches are at most 8 MiB
+# (facts §1.7); twice that leaves room while bounding what one batch can expand into: with it, no
+# records section (a bomb, or one huge value) can take a decode task past its memory budget.
+DEFAULT_LIMIT = 16 * 1024 * 1024
 
 # Most output bytes requested from a codec in one call.
 CHUNK = 1024 * 1024

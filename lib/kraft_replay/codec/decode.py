@@ -41,7 +41,7 @@ Stages (each a function below):
 ``payload_json`` row by row. Both give the same result (tests/codec/test_decode_paths.py).
 
 Cost is bounded: a batch holds at most :data:`~kraft_replay.codec.batch.MAX_BATCH_RECORDS` records
-(a KRaft batch is at most 8 MiB), decompression is capped (256 MiB), quarantine rows are per batch
+(a KRaft batch is at most 8 MiB), decompression is capped (16 MiB), quarantine rows are per batch
 and reason, not per record.
 """
 

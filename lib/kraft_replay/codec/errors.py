@@ -21,7 +21,7 @@ REASON_CODES: dict[str, str] = {
     "BAD_RECORD_COUNT": "recordsCount negative, or more records than a KRaft batch (at most 8 MiB, facts §1.7) can hold",
     "OFFSET_OUT_OF_RANGE": "a base, last or record offset outside [0, 2^63 - 2^31)",
     "TIMESTAMP_OUT_OF_RANGE": "maxTimestamp outside the range of a Delta timestamp (years 0001-9999)",
-    "DECOMPRESSION_ERROR": "the records section does not decompress, or decompresses past the cap (256 MiB)",
+    "DECOMPRESSION_ERROR": "the records section does not decompress, or decompresses past the cap (16 MiB: twice KRaft's largest batch)",
     "BAD_RECORD_FRAMING": "the records section does not follow facts §1.4, or a data record has a key, headers or no value",
     "TRAILING_BYTES": "bytes left after the declared records, a record value's body or a control key",
     "UNKNOWN_RECORD_TYPE": "a data record's api key is not a metadata record type",

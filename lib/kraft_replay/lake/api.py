@@ -173,6 +173,8 @@ class Lake:
         if retain_hours < 0:
             raise InvalidArgumentError(f"retain_hours must be >= 0, got {retain_hours}")
         name = _valid_name(name)
+        if name == PUBLISHED:  # the lake's own table: no data change, nothing to publish
+            return self._impl.vacuum(name, retain_hours)
         return self._write(name, lambda: self._impl.vacuum(name, retain_hours))
 
     # ---- published versions and runs (see kraft_replay.lake.publish) -------------------------

@@ -199,7 +199,7 @@ def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
     might = ev.where(_real(F.col("r_dirs")) & F.col("kind").isin("PR", "S", "PC")).select(*STREAM, *KEY).distinct()
     # only partitions that ever had real directories can mismatch: the rest is resolved in one pass
     safe = ev.join(might, [*STREAM, *KEY], "left_anti")
-    risky = ev.join(might, [*STREAM, *KEY], "left_semi")
+    risky = ev.join(might, [*STREAM, *KEY], "left_semi").localCheckpoint()  # read by every pass
     if risky.isEmpty():
         return _carry(safe), ev.sparkSession.createDataFrame([], "cluster_id string, _sid long, topic_id string, "
                                                                  "partition_id int, _vis long, _ord long, _fail_msg string")
@@ -234,7 +234,7 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     ev = ev.unionByName(_tombstone_events(topic_drops, keys))
     if fresh is not None and loads is not None:
         ev = ev.unionByName(_absent_events(ev, loads))
-    ev = _checks(_with_topic_state(ev, topic_annotated))
+    ev = _checks(_with_topic_state(ev, topic_annotated)).localCheckpoint()  # read by the passes and the anomalies
     carried, failed = _resolve(ev)
 
     # anomalies
