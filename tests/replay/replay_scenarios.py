@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import StorageLevel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 
@@ -415,7 +416,7 @@ def _df(spark, table: pa.Table, schema: pa.Schema):
 def spark_replay(spark, log: pa.Table, control: pa.Table, snaps: pa.Table):
     """The Spark replay of bronze Arrow tables: ``(ReplayTables, {table: pyarrow.Table})``."""
     res = replay_tables(_df(spark, log, LOG_SCHEMA), _df(spark, control, CONTROL_SCHEMA), _df(spark, snaps, SNAPSHOT_SCHEMA),
-                        checkpoint=lambda d: d.localCheckpoint())
+                        checkpoint=lambda d: d.persist(StorageLevel.MEMORY_AND_DISK))
     got = {t: res[t].toArrow().cast(SILVER_TABLES[t].schema) for t in SILVER_TABLES}
     return res, got
 

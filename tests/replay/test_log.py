@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyspark import StorageLevel
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
@@ -58,7 +59,7 @@ class Stage:
 
 
 def _checkpoint(df):
-    return df.localCheckpoint()
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 CASES: dict[str, BronzeLog] = {}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from pyspark import StorageLevel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,7 +34,7 @@ def generated(spark, tmp_path_factory):
     for s in SCENARIOS:
         generate(spark, lake, load_scenario(s), progress=lambda _: None)
     log, control, snaps = (lake.read(t) for t in ("metadata_log", "metadata_control", "snapshot_records"))
-    res = replay_tables(log, control, snaps, checkpoint=lambda d: d.localCheckpoint())
+    res = replay_tables(log, control, snaps, checkpoint=lambda d: d.persist(StorageLevel.MEMORY_AND_DISK))
     got = {t: res[t].toArrow().cast(SILVER_TABLES[t].schema) for t in SILVER_TABLES}
     oracle = replay(log.toArrow(), control.toArrow(), snaps.toArrow())
     return oracle, got, snaps.toArrow()

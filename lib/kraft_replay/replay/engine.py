@@ -178,7 +178,7 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     for k, v in SESSION_CONF.items():
         log.sparkSession.conf.set(k, v)
     positions = checkpoint(L.log_positions(log, control))
-    batches = checkpoint(L.mark_divergent(L.log_batches(positions)))
+    batches = checkpoint(L.mark_divergent(checkpoint(L.log_batches(positions))))
     clusters = (log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
                 .distinct())
     catalog = L.snapshot_catalog(snapshots, control)

@@ -5,8 +5,8 @@ One run of the lake (``Lake.start_run`` ... ``Lake.publish``): each silver table
 missing (partitioned by ``cluster_id``) and the replayed clusters' rows are replaced in one commit
 per table (``replace_where``); the divergent copies replace the replayed clusters' earlier
 ``DIVERGENT_UNCOMMITTED`` rows of ``ingest_quarantine`` (nothing else of it is touched); then every
-written table is published at once. Each stage is materialised once (``localCheckpoint``) so that the
-tables reading it do not recompute it. Progress lines go to ``say``.
+written table is published at once. Each stage is persisted (computed once, when the first table
+needs it) so that the tables reading it do not recompute it. Progress lines go to ``say``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -98,17 +99,25 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
         raise ReplayError(f"lake {lake.root}: the bronze tables hold no rows of {what}: ingest its files first"
                           + ("" if cluster_id is None else " (or check --cluster-id)"))
     say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
-    n_ckpt = [0]
+    kept: list[DataFrame] = []
 
     def ckpt(df: DataFrame) -> DataFrame:
-        n_ckpt[0] += 1
-        out = df.localCheckpoint(eager=True)
-        if n_ckpt[0] % 10 == 0:
-            say(f"  ... {n_ckpt[0]} stages materialised ({time.time() - t0:.0f} s)")
+        out = df.persist(StorageLevel.MEMORY_AND_DISK)
+        kept.append(out)
         return out
 
-    res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=checkpoint or ckpt)
-    say(f"  plan built and stages materialised in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES)} tables")
+    try:
+        return _run(spark, lake, run_id, clusters, log, control, snapshots, checkpoint or ckpt, say, t0)
+    finally:
+        for df in kept:
+            df.unpersist()
+
+
+def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame, control: DataFrame,  # noqa: ANN001, PLR0913
+         snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame], say: Callable[[str], None], t0: float) -> ReplaySummary:
+    res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt)
+    say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES)} tables (each stage is "
+        f"computed once, when the first table needs it)")
     summary = ReplaySummary(run_id, clusters)
     where = _where(clusters)
     quarantine = res.quarantine.localCheckpoint(eager=True)
