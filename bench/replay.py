@@ -1,0 +1,142 @@
+"""Replay benchmark: the generator's scenario (bronze tables) replayed into every silver table with
+Spark, and the sequential oracle producing the same tables from the same rows, in the same run.
+
+    flock /tmp/kraft-heavy.lock .venv/bin/python bench/replay.py [--scenario medium] [--cut 1000000]
+        [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
+
+The scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
+``--data-dir``. ``--cut N`` replays only offsets < N. Prints Spark wall time (plan + every silver
+table computed and written to a fresh lake, as ``kraft-replay replay`` does), records/s, peak RSS of
+the process tree (driver JVM + Python workers, sampled from /proc), the oracle's wall time on the
+same rows and the ratio. Speed is measured here, never asserted in tests. Issue 10's targets: ≥ 5×
+the oracle at 10M records; 100M records (``large``) in < 10 min with peak RSS < 8 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/statm") as f:
+                rss[int(d)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total
+
+
+class PeakRss:
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _tree_rss(os.getpid()))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> "PeakRss":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def bronze_lake(data_dir: Path, scenario: str) -> Path:
+    lake = data_dir / f"bronze-{scenario}"
+    if not (lake / "metadata_log").exists():
+        t = time.perf_counter()
+        shutil.rmtree(lake, ignore_errors=True)
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+        subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--lake", str(lake), "generate",
+                        "--scenario", scenario], check=True, env=env, cwd=ROOT)
+        print(f"generated scenario {scenario} into {lake} in {time.perf_counter() - t:.1f}s", flush=True)
+    return lake
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="medium")
+    ap.add_argument("--cut", type=int, default=None, help="replay only offsets < N")
+    ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--profile", default="local")
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "kraft-replay-bench-replay")
+    args = ap.parse_args()
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    src = bronze_lake(args.data_dir, args.scenario)
+
+    from pyspark.sql import functions as F
+
+    from kraft_replay.lake import Lake
+    from kraft_replay.replay.run import run_replay
+    from kraft_replay.spark import get_spark
+
+    spark = get_spark(args.profile, **{"spark.driver.memory": args.driver_memory})
+    bronze = Lake(str(src), spark, backend="deltars")
+    out_root = Path(tempfile.mkdtemp(prefix="kraft-bench-replay-"))
+    try:
+        out = Lake(str(out_root), spark, backend="deltars")
+        cut = (lambda df: df.where(F.col("offset") < args.cut)) if args.cut else (lambda df: df)
+        for t in ("metadata_log", "metadata_control", "snapshot_records"):
+            df = bronze.read(t)
+            if t != "snapshot_records":
+                df = cut(df)
+            if t == "snapshot_records" and args.cut:
+                df = df.where(F.col("snapshot_end_offset") <= args.cut)
+            out.create_table(t, df.schema, partition_by=["cluster_id"])
+            out.overwrite(t, df)
+        records = out.read("metadata_log").count()
+        print(f"replaying {records:,} records of scenario {args.scenario}" + (f" (offsets < {args.cut:,})" if args.cut else ""),
+              flush=True)
+        with PeakRss() as rss:
+            t = time.perf_counter()
+            summary = run_replay(spark, out, say=lambda line: print(line, flush=True))
+            spark_s = time.perf_counter() - t
+        for line in summary.lines():
+            print(line)
+        print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {rss.peak / 2**30:.2f} GiB")
+        if not args.no_oracle:
+            sys.path.insert(0, str(ROOT / "tests" / "oracle"))
+            from replay_oracle import replay
+
+            tabs = [out.read(t).toArrow() for t in ("metadata_log", "metadata_control", "snapshot_records")]
+            t = time.perf_counter()
+            replay(*tabs)
+            oracle_s = time.perf_counter() - t
+            print(f"oracle: {oracle_s:.1f}s, {records / oracle_s:,.0f} records/s; spark is {oracle_s / spark_s:.2f}x the oracle")
+    finally:
+        shutil.rmtree(out_root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
