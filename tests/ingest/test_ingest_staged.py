@@ -85,9 +85,11 @@ def test_crash_between_staged_write_and_commit(spark, lake, real_kraft_dir: Path
     assert lake.read("metadata_log").count() == ROWS
 
 
-def test_commit_of_already_committed_txn_is_skipped(spark, lake, real_kraft_dir: Path, monkeypatch) -> None:
-    """A run whose log commit landed but that died before ``ingest_files``: the rerun takes the
-    Spark path (offsets already present), skips the log txn and completes the other tables."""
+def test_killed_run_whose_log_commit_landed_is_invisible_and_rolled_back(spark, lake, real_kraft_dir: Path,
+                                                                          monkeypatch) -> None:
+    """A run whose ``metadata_log`` commit landed but that died before ``ingest_files``: readers see
+    nothing of it (the run never published), and the rerun rolls the dead commit back and ingests the
+    file exactly once."""
     real_commit = Lake.commit_staged
 
     def dying_commit(self, staged, txn=None):  # ingest_files is committed last, as a staged write
@@ -98,9 +100,12 @@ def test_commit_of_already_committed_txn_is_skipped(spark, lake, real_kraft_dir:
     monkeypatch.setattr(Lake, "commit_staged", dying_commit)
     with pytest.raises(SystemExit):
         run_ingest(spark, lake, [str(real_kraft_dir / NAME)], cluster_id="r", say=_quiet)
-    assert lake.read("metadata_log").count() == ROWS
+    head = DeltaTable(f"{lake.root}/metadata_log").to_pyarrow_table().num_rows
+    assert head == ROWS  # the log commit landed at the table's head ...
+    assert lake.read("metadata_log").count() == 0  # ... but readers see the published version
     assert lake.read("ingest_files").count() == 0
     monkeypatch.setattr(Lake, "commit_staged", real_commit)
     s = run_ingest(spark, lake, [str(real_kraft_dir / NAME)], cluster_id="r", say=_quiet)
-    assert s.rows["metadata_log"] == 0 and s.rows["ingest_files"] == 1
-    assert lake.read("metadata_log").count() == ROWS
+    assert s.rows["metadata_log"] == ROWS and s.rows["ingest_files"] == 1
+    log = lake.read("metadata_log")
+    assert log.count() == ROWS == log.select("offset").distinct().count()

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import StorageLevel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 
@@ -21,7 +20,7 @@ from bronze_builder import BronzeLog, broker, change, config, feature, mv, parti
 from kraft_replay.codec.files import classify  # noqa: E402
 from kraft_replay.ingest.bronze import decode_to_arrow  # noqa: E402
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
-from kraft_replay.replay.engine import replay_tables  # noqa: E402
+from kraft_replay.replay.engine import cut, replay_tables  # noqa: E402
 from kraft_replay.replay.schemas import SILVER_TABLES  # noqa: E402
 
 T1, T2, T3 = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg", "AAAAAAAAAAAAAAAAAAAAAw"
@@ -416,7 +415,7 @@ def _df(spark, table: pa.Table, schema: pa.Schema):
 def spark_replay(spark, log: pa.Table, control: pa.Table, snaps: pa.Table):
     """The Spark replay of bronze Arrow tables: ``(ReplayTables, {table: pyarrow.Table})``."""
     res = replay_tables(_df(spark, log, LOG_SCHEMA), _df(spark, control, CONTROL_SCHEMA), _df(spark, snaps, SNAPSHOT_SCHEMA),
-                        checkpoint=lambda d: d.persist(StorageLevel.MEMORY_AND_DISK))
+                        checkpoint=cut)
     got = {t: res[t].toArrow().cast(SILVER_TABLES[t].schema) for t in SILVER_TABLES}
     return res, got
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark import StorageLevel
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
@@ -23,6 +22,7 @@ from replay_scenarios import arrow_df  # noqa: E402
 
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
 from kraft_replay.replay import log as L  # noqa: E402
+from kraft_replay.replay.engine import cut  # noqa: E402
 
 T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
 
@@ -59,7 +59,7 @@ class Stage:
 
 
 def _checkpoint(df):
-    return df.persist(StorageLevel.MEMORY_AND_DISK)
+    return cut(df)
 
 
 CASES: dict[str, BronzeLog] = {}

@@ -39,6 +39,13 @@ def only(table: pa.Table, clusters) -> pa.Table:  # noqa: ANN001 - names
     return table.filter(pc.is_in(table.column("cluster_id"), pa.array(list(clusters), pa.string())))
 
 
+def _one_chunk(table: pa.Table) -> pa.Table:
+    """One chunk per column (PySpark's ``createDataFrame`` fails on an empty table of zero chunks)."""
+    if table.num_rows == 0:
+        return pa.table([pa.array([], f.type) for f in table.schema], schema=table.schema)
+    return table.combine_chunks()
+
+
 def assert_same(spark, name: str, expected: pa.Table, actual: pa.Table) -> None:
     """``actual`` == ``expected`` (the oracle's): the first difference named, then chispa on both as
     DataFrames in the table's sort order."""
@@ -48,8 +55,8 @@ def assert_same(spark, name: str, expected: pa.Table, actual: pa.Table) -> None:
     order = [*spec.sort_key, *[c for c in spec.schema.names if c not in spec.sort_key
                                and not pa.types.is_list(spec.schema.field(c).type)]]
     schema = spark_schema(name)
-    exp = spark.createDataFrame(expected.combine_chunks(), schema=schema).orderBy(*order)
-    act = spark.createDataFrame(actual.combine_chunks(), schema=schema).orderBy(*order)
+    exp = spark.createDataFrame(_one_chunk(expected), schema=schema).orderBy(*order)
+    act = spark.createDataFrame(_one_chunk(actual), schema=schema).orderBy(*order)
     assert_df_equality(act, exp, ignore_nullable=True)
 
 

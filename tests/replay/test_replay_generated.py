@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
-from pyspark import StorageLevel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -21,7 +20,7 @@ from replay_oracle import first_difference, replay  # noqa: E402
 from kraft_replay.generate.runner import generate  # noqa: E402
 from kraft_replay.generate.scenario import load_scenario  # noqa: E402
 from kraft_replay.lake import Lake  # noqa: E402
-from kraft_replay.replay.engine import replay_tables  # noqa: E402
+from kraft_replay.replay.engine import cut, replay_tables  # noqa: E402
 from kraft_replay.replay.schemas import SILVER_TABLES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +33,7 @@ def generated(spark, tmp_path_factory):
     for s in SCENARIOS:
         generate(spark, lake, load_scenario(s), progress=lambda _: None)
     log, control, snaps = (lake.read(t) for t in ("metadata_log", "metadata_control", "snapshot_records"))
-    res = replay_tables(log, control, snaps, checkpoint=lambda d: d.persist(StorageLevel.MEMORY_AND_DISK))
+    res = replay_tables(log, control, snaps, checkpoint=cut)
     got = {t: res[t].toArrow().cast(SILVER_TABLES[t].schema) for t in SILVER_TABLES}
     oracle = replay(log.toArrow(), control.toArrow(), snaps.toArrow())
     return oracle, got, snaps.toArrow()

@@ -26,8 +26,10 @@ Steps (each a rule of issue 3 / docs/design.md):
    ``ingest_quarantine`` with ``Lake.commit_staged``. ``--strict``: any quarantined range aborts
    every staged write before anything is committed.
 3. De-duplicating path (:func:`_ingest_dedup`): batch-aligned tasks from a chain walk on the driver
-   (:mod:`.plan`); a de-duplication / anti-join on ``(cluster_id, offset)`` where the walked offset
-   ranges overlap or the table holds some of them, else the log rows are still written by the
+   (:mod:`.plan`); a de-duplication / anti-join of identical copies (:data:`COPY_KEY`: offset,
+   batch epoch and a digest of the record) where the walked offset ranges overlap or the table holds
+   some of them — different copies of one offset (an uncommitted tail a later leader rewrote) are
+   all kept for replay to judge (docs/design.md, "divergent copies"), else the log rows are still written by the
    workers into a staged write; the side tables are written by the tasks into a run staging dir and
    appended through Spark with de-duplication by snapshot id and position. ``--strict``: a first
    decode pass writes only the side outputs; any quarantine aborts before anything is committed.
@@ -500,6 +502,20 @@ class _Progress(threading.Thread):
 def _ranges_overlap(ranges: list[tuple[int, int]]) -> bool:
     ranges = sorted(ranges)
     return any(b[0] <= a[1] for a, b in zip(ranges, ranges[1:]))
+
+
+#: what makes two ``metadata_log`` rows one copy of a record: its offset, the epoch of its batch
+#: (Raft: one offset and epoch name one entry) and a digest of its content (so that two different
+#: records at one offset and epoch — a corrupt copy — are both kept and replay reports the conflict)
+COPY_DIGEST = "_copy_digest"
+COPY_KEY = ["cluster_id", "offset", "batch_base_offset", "batch_leader_epoch", COPY_DIGEST]
+_NOT_CONTENT = {"cluster_id", "offset", "offset_bucket", "batch_base_offset", "batch_last_offset", "batch_leader_epoch",
+                "append_time", "source_file", "source_position"}
+
+
+def with_copy_digest(log: DataFrame) -> DataFrame:
+    """``log`` with :data:`COPY_DIGEST`: a 64-bit hash of the record's type, version and payload."""
+    return log.withColumn(COPY_DIGEST, F.xxhash64(*[F.col(c) for c in log.columns if c not in _NOT_CONTENT]))
 
 
 def _anti_join(new: DataFrame, existing: DataFrame, keys: list[str]) -> DataFrame:
@@ -1017,7 +1033,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         if quarantined:
             raise IngestError(_strict_message(quarantined, {t.task_id: t for t in tasks}))
 
-    # metadata_log: each (cluster_id, offset) once
+    # metadata_log: each copy of a record once (identical copies are one; different ones all kept)
     seg_ranges: dict[str, list[tuple[int, int]]] = {}
     for f in todo:
         w = walks.get(f.path)
@@ -1035,7 +1051,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
                  & F.col("offset_bucket").between(max(lo, 0) // OFFSET_BUCKET_SIZE, hi // OFFSET_BUCKET_SIZE)
                  & F.col("offset").between(lo, hi))
             cond = c if cond is None else cond | c
-        existing = lake.read(METADATA_LOG, latest=True).where(cond).select("cluster_id", "offset")
+        existing = lake.read(METADATA_LOG, latest=True).where(cond)
         if not existing.limit(1).count():
             existing = None
 
@@ -1061,10 +1077,13 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         # de-duplication / anti-join and writes through lake.append.
         acc = spark.sparkContext.accumulator(0)
         log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True, acc), log_schema)
+        if overlap or existing is not None:
+            log_df = with_copy_digest(log_df)
         if overlap:
-            log_df = log_df.dropDuplicates(["cluster_id", "offset"])
+            log_df = log_df.dropDuplicates(COPY_KEY)
         if existing is not None:
-            log_df = log_df.join(existing, ["cluster_id", "offset"], "left_anti")
+            log_df = log_df.join(with_copy_digest(existing).select(*COPY_KEY), COPY_KEY, "left_anti")
+        log_df = log_df.drop(COPY_DIGEST)
         # Rows of a task arrive ordered by offset, so each task touches one or two offset buckets:
         # let the partitioned write keep a writer per bucket open instead of sorting every row.
         previous = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0")

@@ -39,7 +39,7 @@ from kraft_replay.replay.topics import topic_removals, topic_replacements, topic
 from kraft_replay.replay.versioning import MAIN, anomaly, conform, union_all
 from kraft_replay.replay.zk_migration_state import zk_migration_state
 
-__all__ = ["ReplayTables", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
+__all__ = ["ReplayTables", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
 
 #: SQL settings replay_tables sets on the session (see its docstring)
 SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false"}
@@ -67,6 +67,14 @@ Checkpoint = Callable[[DataFrame], DataFrame]
 
 def _same(df: DataFrame) -> DataFrame:
     return df
+
+
+def cut(df: DataFrame) -> DataFrame:
+    """The checkpoint the batch job and the tests use: the stage is computed once, when first read,
+    and its lineage is cut (a local checkpoint), so later stages neither recompute nor re-analyse its
+    plan. (Persisting instead keeps the whole plan: every later stage re-analyses it and the cache
+    lookup compares it with every cached plan, minutes of driver time on a plan this wide.)"""
+    return df.localCheckpoint(eager=False)
 
 
 def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,

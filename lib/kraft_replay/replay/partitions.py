@@ -22,7 +22,6 @@ per pass (real logs: one pass, no mismatch).
 
 from __future__ import annotations
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -200,13 +199,13 @@ def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
     might = ev.where(_real(F.col("r_dirs")) & F.col("kind").isin("PR", "S", "PC")).select(*STREAM, *KEY).distinct()
     # only partitions that ever had real directories can mismatch: the rest is resolved in one pass
     safe = ev.join(might, [*STREAM, *KEY], "left_anti")
-    risky = ev.join(might, [*STREAM, *KEY], "left_semi").persist(StorageLevel.MEMORY_AND_DISK)  # read by every pass
+    risky = ev.join(might, [*STREAM, *KEY], "left_semi").localCheckpoint(eager=False)  # read by every pass
     if risky.isEmpty():
         return _carry(safe), ev.sparkSession.createDataFrame([], "cluster_id string, _sid long, topic_id string, "
                                                                  "partition_id int, _vis long, _ord long, _fail_msg string")
     for _ in range(MAX_FIXPOINT_PASSES):
-        carried = _carry(risky).persist(StorageLevel.MEMORY_AND_DISK)
-        new = _first_mismatches(carried).persist(StorageLevel.MEMORY_AND_DISK)
+        carried = _carry(risky).localCheckpoint(eager=False)
+        new = _first_mismatches(carried).localCheckpoint(eager=False)
         if new.isEmpty():
             break
         failed = new if failed is None else failed.unionByName(new)
@@ -235,8 +234,8 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     ev = ev.unionByName(_tombstone_events(topic_drops, keys))
     if fresh is not None and loads is not None:
         ev = ev.unionByName(_absent_events(ev, loads))
-    # read by the passes and the anomalies: computed once (persisted, not checkpointed: no extra job)
-    ev = _checks(_with_topic_state(ev, topic_annotated)).persist(StorageLevel.MEMORY_AND_DISK)
+    # read by the passes and the anomalies: computed once, lineage cut
+    ev = _checks(_with_topic_state(ev, topic_annotated)).localCheckpoint(eager=False)
     carried, failed = _resolve(ev)
 
     # anomalies

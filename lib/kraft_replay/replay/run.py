@@ -5,8 +5,9 @@ One run of the lake (``Lake.start_run`` ... ``Lake.publish``): each silver table
 missing (partitioned by ``cluster_id``) and the replayed clusters' rows are replaced in one commit
 per table (``replace_where``); the divergent copies replace the replayed clusters' earlier
 ``DIVERGENT_UNCOMMITTED`` rows of ``ingest_quarantine`` (nothing else of it is touched); then every
-written table is published at once. Each stage is persisted (computed once, when the first table
-needs it) so that the tables reading it do not recompute it. Progress lines go to ``say``.
+written table is published at once. Each stage is checkpointed locally (computed once, when the
+first table needs it; lineage cut: :func:`kraft_replay.replay.engine.cut`) so that the tables reading
+it neither recompute nor re-plan it. Progress lines go to ``say``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kraft_replay.replay.engine import ReplayTables, replay_tables
+from kraft_replay.replay.engine import ReplayTables, cut, replay_tables
 from kraft_replay.replay.schemas import SILVER_TABLES
 from kraft_replay.replay.versioning import spark_schema
 
@@ -99,18 +99,7 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
         raise ReplayError(f"lake {lake.root}: the bronze tables hold no rows of {what}: ingest its files first"
                           + ("" if cluster_id is None else " (or check --cluster-id)"))
     say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
-    kept: list[DataFrame] = []
-
-    def ckpt(df: DataFrame) -> DataFrame:
-        out = df.persist(StorageLevel.MEMORY_AND_DISK)
-        kept.append(out)
-        return out
-
-    try:
-        return _run(spark, lake, run_id, clusters, log, control, snapshots, checkpoint or ckpt, say, t0)
-    finally:
-        for df in kept:
-            df.unpersist()
+    return _run(spark, lake, run_id, clusters, log, control, snapshots, checkpoint or cut, say, t0)
 
 
 def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame, control: DataFrame,  # noqa: ANN001, PLR0913
