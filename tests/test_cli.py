@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kraft_replay.replay.schemas import SILVER_TABLES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,11 +50,12 @@ def test_demo_then_tables(tmp_path):
     assert "v1 has 1000 rows" in out and "latest v2 1500" in out
     assert "streamed demo_events -> demo_events_copy: 1500 rows" in out
     assert re.search(r"re-ingest of the same files: [1-9]\d* skipped, 0 rows written", out), out
+    assert re.search(r"\[image\] demo-node1 as of offset \d+: metadata.version \d\.\d+-IV\d; \d+ topics, \d+ partitions", out), out
 
     listing = _cli("--lake", str(lake), "tables", "--json")
     assert listing.returncode == 0, listing.stderr[-3000:]
     tables = {t["name"]: t for t in json.loads(listing.stdout)}
-    assert set(tables) == {"demo_events", "demo_events_copy"} | BRONZE
+    assert set(tables) == {"demo_events", "demo_events_copy"} | BRONZE | set(SILVER_TABLES)
     assert (tables["demo_events"]["version"], tables["demo_events"]["rows"]) == (2, 1500)
     assert tables["demo_events_copy"]["rows"] == 1500
     assert tables["demo_events"]["partition_by"] == ["bucket"]

@@ -122,7 +122,8 @@ def test_image_cli_json_and_table(replayed, capsys) -> None:
     out = capsys.readouterr().out
     assert code == 0
     assert json.loads(out) == oracle.image_at(20, "snap_at_gap")
-    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "snap_at_gap", "--domain", "partitions"])
+    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "snap_at_gap", "--offset", "21",
+                 "--domain", "partitions"])
     out = capsys.readouterr().out
     assert code == 0 and "partitions (1)" in out and "as of offset 21" in out and "topics" not in out
     code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "nope", "--offset", "3"])

@@ -14,7 +14,7 @@ import sys
 
 # Subcommand modules, in the order `--help` lists them. Missing modules are skipped so the
 # CLI keeps working while later issues add theirs.
-SUBCOMMANDS = ("demo", "tables", "ingest", "generate", "replay", "outcomes", "sql", "dashboard")
+SUBCOMMANDS = ("demo", "tables", "ingest", "generate", "replay", "image", "outcomes", "sql", "dashboard")
 
 
 class UserError(Exception):
@@ -29,6 +29,8 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
         ("kraft_replay.spark.session", "JavaNotFoundError"),
         ("kraft_replay.ingest.errors", "IngestError"),
         ("kraft_replay.generate.errors", "ScenarioError"),
+        ("kraft_replay.replay.images", "ImageError"),
+        ("kraft_replay.serve.cli", "UserError"),  # the importable module's class when run as `python -m`
     ):
         try:
             types.append(getattr(importlib.import_module(mod), name))
