@@ -23,6 +23,9 @@ FULL = [
     ("ingest end to end, the generator's medium scenario", ["ingest.py", "--scenario", "medium", "--driver-memory", "8g"]),
     ("generate large scenario", ["generate.py", "--scenario", "large"]),
     ("fuzz campaign, 1M hostile inputs (2 workers)", ["fuzz.py", "--inputs", "1000000", "--workers", "2"]),
+    ("replay, 1M cut of medium, vs the oracle", ["replay.py", "--scenario", "medium", "--cut", "1000000"]),
+    ("replay, medium (10M), vs the oracle", ["replay.py", "--scenario", "medium"]),
+    ("replay, large (100M)", ["replay.py", "--scenario", "large", "--no-oracle"]),
 ]
 QUICK = [
     ("codec decode (single core)", ["codec_decode.py", "--records", "100000"]),
@@ -30,6 +33,7 @@ QUICK = [
     ("ingest end to end", ["ingest.py", "--records", "300000"]),
     ("generate tiny scenario", ["generate.py", "--scenario", "tiny"]),
     ("fuzz campaign, 20k hostile inputs", ["fuzz.py", "--quick"]),
+    ("replay, tiny scenario, vs the oracle", ["replay.py", "--scenario", "tiny"]),
 ]
 
 
