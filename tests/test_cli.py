@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft_replay.replay.schemas import SILVER_TABLES
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, SILVER_TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def test_demo_then_tables(tmp_path):
     listing = _cli("--lake", str(lake), "tables", "--json")
     assert listing.returncode == 0, listing.stderr[-3000:]
     tables = {t["name"]: t for t in json.loads(listing.stdout)}
-    assert set(tables) == {"demo_events", "demo_events_copy"} | BRONZE | set(SILVER_TABLES)
+    assert set(tables) == {"demo_events", "demo_events_copy", IMAGE_SNAPSHOTS} | BRONZE | set(SILVER_TABLES)
     assert (tables["demo_events"]["version"], tables["demo_events"]["rows"]) == (2, 1500)
     assert tables["demo_events_copy"]["rows"] == 1500
     assert tables["demo_events"]["partition_by"] == ["bucket"]

@@ -24,10 +24,12 @@ from kraft_replay.ingest.tables import ensure_bronze_tables  # noqa: E402
 from kraft_replay.lake import Lake  # noqa: E402
 from kraft_replay.replay import image, image_json, run_replay  # noqa: E402
 from kraft_replay.replay.images import ImageError, image_diff, register_as_of_views  # noqa: E402
-from kraft_replay.replay.schemas import SILVER_TABLES  # noqa: E402
+from kraft_replay.replay.features import METADATA_VERSION  # noqa: E402
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES  # noqa: E402
 from kraft_replay.serve.cli import main  # noqa: E402
 
 CLUSTERS = ["snap_at_gap", "divergent", "txn_commit", "mid_stream"]
+IMAGE_AT = 14  # an image asked for with --image-at
 
 
 def _write_bronze(spark, lake: Lake, names: list[str]) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -49,7 +51,7 @@ def replayed(spark, tmp_path_factory):
     lake = Lake(str(root), spark, backend="deltars")
     log, ctl, snap = _write_bronze(spark, lake, CLUSTERS)
     lines: list[str] = []
-    summary = run_replay(spark, lake, say=lines.append)
+    summary = run_replay(spark, lake, say=lines.append, image_at=[IMAGE_AT])
     return lake, summary, lines, replay(log, ctl, snap)
 
 
@@ -79,8 +81,10 @@ def test_divergent_copies_join_the_quarantine_without_touching_the_rest(replayed
 
 def test_a_rerun_replaces_the_clusters_rows(spark, replayed) -> None:
     lake, _, _, oracle = replayed
-    again = run_replay(spark, lake, cluster_id="txn_commit", say=lambda _: None)
+    before = lake.read("image_snapshots").count()
+    again = run_replay(spark, lake, cluster_id="txn_commit", say=lambda _: None, image_at=[IMAGE_AT])
     assert again.clusters == ["txn_commit"]
+    assert lake.read("image_snapshots").count() == before
     for t in ("topics", "partitions", "log_batches", "log_commit"):
         assert lake.read(t).count() == oracle[t].num_rows, t
     q = lake.read("ingest_quarantine")
@@ -151,3 +155,55 @@ def test_replay_cli_on_a_lake_without_bronze_is_one_line(tmp_path, capsys) -> No
     code = main(["--profile", "test", "replay", "--lake", str(tmp_path / "empty")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "metadata_log is missing" in err
+
+
+def _no_nulls(v):  # noqa: ANN001, ANN202 - JSON values; Spark's to_json leaves null fields out
+    if isinstance(v, dict):
+        return {k: _no_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_no_nulls(x) for x in v]
+    return v
+
+
+def test_image_snapshots_at_every_metadata_version_change_and_on_request(replayed) -> None:
+    """``image_snapshots`` holds, per cluster, the full image at each offset where metadata.version took
+    a new level (from the oracle's features versions) and at the --image-at offset, each equal to the
+    oracle's image there, entity by entity."""
+    lake, summary, _, oracle = replayed
+    got = lake.read("image_snapshots").toArrow()
+    assert got.schema.names == IMAGE_SNAPSHOTS_SCHEMA.names and summary.rows["image_snapshots"] == got.num_rows
+    rows = got.to_pylist()
+    images: dict[tuple, list[dict]] = {}
+    for r in rows:
+        images.setdefault((r["cluster_id"], r["image_offset"], r["trigger"]), []).append(r)
+    want_mv = set()
+    for c in CLUSTERS:
+        prev = None
+        mv = sorted((r for r in oracle["features"].to_pylist() if r["cluster_id"] == c and r["name"] == METADATA_VERSION
+                     and not r["deleted"] and (r["valid_to_offset"] is None or r["valid_from_offset"] < r["valid_to_offset"])),
+                    key=lambda r: (r["valid_from_offset"], r["record_offset"]))
+        for r in mv:
+            if r["feature_level"] != prev:
+                want_mv.add((c, r["valid_from_offset"]))
+            prev = r["feature_level"]
+    assert {(c, o) for c, o, t in images if t == "METADATA_VERSION_CHANGE"} == want_mv and want_mv
+    requested = {(c, o) for c, o, t in images if t == "REQUESTED"}
+    assert {o for _, o in requested} == {IMAGE_AT} and {c for c, _ in requested} <= set(CLUSTERS)
+    checked = 0
+    for (c, o, _), ents in images.items():
+        try:
+            want = oracle.image_at(o, c)
+        except ValueError:  # below where the cluster's replay starts: no entity can be live there
+            assert False, (c, o)
+        assert {r["metadata_version_level"] for r in ents} == {want["metadata_version_level"]}
+        for d in VERSIONED_TABLES:
+            if d in ("features", "producer_ids", "zk_migration_state"):
+                continue
+            exp = sorted(json.dumps(_no_nulls(e), sort_keys=True, default=str) for e in want[d])
+            act = sorted(json.dumps(json.loads(r["entity"]), sort_keys=True) for r in ents if r["domain"] == d)
+            assert act == exp, (c, o, d)
+            checked += len(act)
+        feats = {json.loads(r["entity"])["name"]: json.loads(r["entity"])["feature_level"]
+                 for r in ents if r["domain"] == "features"}
+        assert feats == want["features"], (c, o)
+    assert checked > 0

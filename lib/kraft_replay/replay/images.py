@@ -9,6 +9,8 @@
   lastContainedOffset: every committed record with offset <= O; a snapshot ``END-epoch`` is the
   image at END − 1) or as of a time (the last batch appended at or before it).
 * :func:`image_json` — the image as the JSON object of ``kraft-replay image --format json``.
+* :func:`image_snapshots` — the ``image_snapshots`` rows: full images at every metadata.version
+  change and at requested offsets, one row per entity.
 * :func:`register_as_of_views` — every silver table as a temp view plus ``<table>_as_of`` views for
   one offset, for SQL.
 """
@@ -26,7 +28,7 @@ from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 
 __all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "image", "image_frames", "image_json",
-           "register_as_of_views", "entity_columns", "image_diff"]
+           "register_as_of_views", "entity_columns", "image_diff", "image_snapshots", "metadata_version_changes"]
 
 #: the image's domains (the versioned tables)
 DOMAINS = VERSIONED_TABLES
@@ -60,6 +62,56 @@ def as_of_range(versions: DataFrame, offsets: DataFrame, offset_col: str = "offs
     if not keep_deleted:
         cond = cond & ~F.col("_v.deleted")
     return o.join(v, cond)
+
+
+def metadata_version_changes(features: DataFrame) -> DataFrame:
+    """Facts §6 / §5.6: ``(cluster_id, image_offset, metadata_version_level)`` of every offset at which
+    the finalized metadata.version took a new level (a FeatureLevelRecord, or a loaded snapshot):
+    the visible versions of the ``metadata.version`` feature whose level differs from the visible
+    version before (never-visible versions, ``valid_from_offset == valid_to_offset``, skipped)."""
+    from pyspark.sql import Window
+
+    v = features.where((F.col("name") == METADATA_VERSION) & ~F.col("deleted")
+                       & (F.col("valid_to_offset").isNull() | (F.col("valid_from_offset") < F.col("valid_to_offset"))))
+    w = Window.partitionBy("cluster_id").orderBy("valid_from_offset", "record_offset")
+    return (v.withColumn("_prev", F.lag("feature_level").over(w))
+            .where(F.col("_prev").isNull() | (F.col("_prev") != F.col("feature_level")))
+            .select("cluster_id", F.col("valid_from_offset").alias("image_offset"),
+                    F.col("feature_level").cast("short").alias("metadata_version_level")))
+
+
+def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None = None) -> DataFrame:
+    """The ``image_snapshots`` table (schemas.IMAGE_SNAPSHOTS_SCHEMA): the full image — every live
+    entity of every domain in ``versions`` — at each metadata.version change
+    (:func:`metadata_version_changes`, trigger ``METADATA_VERSION_CHANGE``) and at each row of
+    ``requested`` (``cluster_id``, ``image_offset``; trigger ``REQUESTED``), one row per entity, each
+    image found with one range join per domain (:func:`as_of_range`)."""
+    at = metadata_version_changes(versions["features"]).withColumn("trigger", F.lit("METADATA_VERSION_CHANGE"))
+    if requested is not None:
+        mv = (as_of_range(versions["features"].where(F.col("name") == METADATA_VERSION),
+                          requested.select("cluster_id", F.col("image_offset").cast("long")), "image_offset")
+              .select(F.col("_o.cluster_id").alias("cluster_id"), F.col("_o.image_offset").alias("image_offset"),
+                      F.col("_v.feature_level").cast("short").alias("metadata_version_level")))
+        req = (requested.select("cluster_id", F.col("image_offset").cast("long")).distinct()
+               .join(mv, ["cluster_id", "image_offset"], "left").withColumn("trigger", F.lit("REQUESTED")))
+        at = at.unionByName(req)
+    at = at.select("cluster_id", "image_offset", "trigger",
+                   F.coalesce("metadata_version_level", F.lit(DEFAULT_MV_LEVEL).cast("short")).alias("metadata_version_level"))
+    parts = []
+    for d, v in versions.items():
+        spec = SILVER_TABLES[d]
+        keys, cols = list(spec.key_names), entity_columns(d)
+        j = as_of_range(v, at, "image_offset")
+        parts.append(j.select(
+            F.col("_o.cluster_id").alias("cluster_id"), F.col("_o.image_offset").alias("image_offset"),
+            F.col("_o.trigger").alias("trigger"), F.col("_o.metadata_version_level").alias("metadata_version_level"),
+            F.lit(d).alias("domain"),
+            F.to_json(F.struct(*[F.col(f"_v.{k}").alias(k) for k in keys])).alias("entity_key"),
+            F.to_json(F.struct(*[F.col(f"_v.{c}").alias(c) for c in cols])).alias("entity")))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
 
 
 def _ts(t: Any) -> dt.datetime:

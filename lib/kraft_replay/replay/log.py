@@ -74,12 +74,17 @@ def _scan(df: DataFrame, order: list[str], bucket_of: str, value: str, out: str,
     or min over the rows after it (not ``before``); null when there are none. ``bucket_of`` is the
     (monotone in ``order``) column the offset buckets are taken from."""
     agg, comb = (F.max, F.greatest) if before else (F.min, F.least)
-    frame = (Window.unboundedPreceding, -1) if before else (1, Window.unboundedFollowing)
+    # "after" is "before" in the reversed order: a frame ending at the current row is computed
+    # incrementally, one reaching the partition's end is recomputed for every row (quadratic)
+    def by(cols: list[str]) -> list[Column]:
+        return [F.col(c).asc() if before else F.col(c).desc() for c in cols]
+
+    frame = (Window.unboundedPreceding, -1)
     b = df.withColumn("_b", _bucket(F.col(bucket_of)))
     per_bucket = b.groupBy("cluster_id", "_b").agg(agg(value).alias("_bv"))
-    w_buckets = Window.partitionBy("cluster_id").orderBy("_b").rowsBetween(*frame)
+    w_buckets = Window.partitionBy("cluster_id").orderBy(*by(["_b"])).rowsBetween(*frame)
     prefix = per_bucket.select("cluster_id", "_b", agg("_bv").over(w_buckets).alias("_outside"))
-    w_in = Window.partitionBy("cluster_id", "_b").orderBy(*order).rowsBetween(*frame)
+    w_in = Window.partitionBy("cluster_id", "_b").orderBy(*by(order)).rowsBetween(*frame)
     return (b.join(F.broadcast(prefix), ["cluster_id", "_b"], "left")
             .withColumn(out, comb(F.col("_outside"), agg(value).over(w_in)))
             .drop("_b", "_outside"))

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.replay.engine import ReplayTables, cut, replay_tables
-from kraft_replay.replay.schemas import SILVER_TABLES
+from kraft_replay.replay.images import image_snapshots
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES
 from kraft_replay.replay.versioning import spark_schema
 
 __all__ = ["ReplayError", "ReplaySummary", "run_replay", "QUARANTINE", "BRONZE_INPUTS"]
@@ -85,9 +87,15 @@ def _read_bronze(lake, cluster_id: str | None) -> tuple[DataFrame, DataFrame, Da
 
 
 def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
-               say: Callable[[str], None] = print, checkpoint: Callable[[DataFrame], DataFrame] | None = None) -> ReplaySummary:
+               say: Callable[[str], None] = print, checkpoint: Callable[[DataFrame], DataFrame] | None = None,
+               image_at: Sequence[int] = ()) -> ReplaySummary:
     """Replay the bronze tables of ``cluster_id`` (default: every cluster in them) into every silver
-    table of :data:`kraft_replay.replay.schemas.SILVER_TABLES` (see the module docstring)."""
+    table of :data:`kraft_replay.replay.schemas.SILVER_TABLES` and ``image_snapshots`` (the full image
+    at every metadata.version change and at each offset of ``image_at``, for every replayed
+    cluster; see the module docstring)."""
+    bad = [o for o in image_at if o < 0]
+    if bad:
+        raise ReplayError(f"--image-at {bad[0]}: an image offset is >= 0")
     t0 = time.time()
     run_id = uuid.uuid4().hex[:12]
     log, control, snapshots = _read_bronze(lake, cluster_id)
@@ -99,13 +107,14 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
         raise ReplayError(f"lake {lake.root}: the bronze tables hold no rows of {what}: ingest its files first"
                           + ("" if cluster_id is None else " (or check --cluster-id)"))
     say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
-    return _run(spark, lake, run_id, clusters, log, control, snapshots, checkpoint or cut, say, t0)
+    return _run(spark, lake, run_id, clusters, log, control, snapshots, checkpoint or cut, say, t0, list(image_at))
 
 
 def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame, control: DataFrame,  # noqa: ANN001, PLR0913
-         snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame], say: Callable[[str], None], t0: float) -> ReplaySummary:
+         snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame], say: Callable[[str], None], t0: float,
+         image_at: list[int]) -> ReplaySummary:
     res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt)
-    say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES)} tables (each stage is "
+    say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
         f"computed once, when the first table needs it)")
     summary = ReplaySummary(run_id, clusters)
     where = _where(clusters)
@@ -114,7 +123,7 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
     write_q = lake.exists(QUARANTINE) and (
         summary.quarantined > 0
         or not lake.read(QUARANTINE, where=where).where(F.col("reason_code") == "DIVERGENT_UNCOMMITTED").isEmpty())
-    tables = list(SILVER_TABLES) + ([QUARANTINE] if write_q else [])
+    tables = [*SILVER_TABLES, IMAGE_SNAPSHOTS] + ([QUARANTINE] if write_q else [])
     lake.start_run(run_id, tables)
     try:
         for name, spec in SILVER_TABLES.items():
@@ -123,6 +132,13 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
             r = lake.overwrite(name, df, replace_where=where)
             summary.rows[name] = r.rows
             say(f"  {name}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
+        requested = (spark.createDataFrame([(c, o) for c in clusters for o in sorted(set(image_at))],
+                                           "cluster_id string, image_offset long") if image_at else None)
+        snaps = image_snapshots({t: res[t] for t in VERSIONED_TABLES}, requested)
+        lake.create_table(IMAGE_SNAPSHOTS, from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
+        r = lake.overwrite(IMAGE_SNAPSHOTS, snaps, replace_where=where)
+        summary.rows[IMAGE_SNAPSHOTS] = r.rows
+        say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
         if write_q:
             old = (lake.read(QUARANTINE, where=where).where(F.col("reason_code") != "DIVERGENT_UNCOMMITTED")
                    .localCheckpoint(eager=True))

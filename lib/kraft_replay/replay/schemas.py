@@ -37,6 +37,8 @@ __all__ = [
     "REASON_CODES",
     "ZK_MIGRATION_STATE_NAMES",
     "silver_schema",
+    "IMAGE_SNAPSHOTS",
+    "IMAGE_SNAPSHOTS_SCHEMA",
 ]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -277,6 +279,25 @@ _TABLES: tuple[SilverTable, ...] = (
 )
 
 SILVER_TABLES: dict[str, SilverTable] = {t.name: t for t in _TABLES}
+
+#: ``image_snapshots``: full images kept as rows — at every metadata.version change and at offsets a
+#: replay was asked for (``kraft-replay replay --image-at O``). One row per entity of each image:
+#: ``image_offset`` (the image holds every committed record with offset <= it), ``trigger``
+#: (``METADATA_VERSION_CHANGE`` or ``REQUESTED``), ``metadata_version_level`` of the image, ``domain``
+#: (a versioned table), ``entity_key`` / ``entity`` (JSON objects of the key columns / of the key
+#: columns and fields, snake_case as in the domain's table). Written by the batch replay with the
+#: silver tables; not compared with the oracle table by table (it is derived from the versioned
+#: tables, see tests/replay/test_image_snapshots.py).
+IMAGE_SNAPSHOTS = "image_snapshots"
+IMAGE_SNAPSHOTS_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("image_offset", pa.int64()),
+    pa.field("trigger", pa.string()),
+    pa.field("metadata_version_level", pa.int16()),
+    pa.field("domain", pa.string()),
+    pa.field("entity_key", pa.string()),
+    pa.field("entity", pa.string()),
+])
 VERSIONED_TABLES: tuple[str, ...] = tuple(t.name for t in _TABLES if t.versioned)
 
 

@@ -18,6 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
     p.add_argument("--cluster-id", default=None, help="replay only this cluster (default: every cluster in the lake)")
     p.add_argument("--mode", choices=("batch",), default="batch", help="batch (the only mode so far)")
+    p.add_argument("--image-at", type=int, action="append", default=[], metavar="O",
+                   help="also keep the full image at offset O in image_snapshots (repeatable; images at every "
+                        "metadata.version change are always kept)")
     p.set_defaults(func=run)
 
 
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        summary = run_replay(spark, lake, cluster_id=args.cluster_id, say=say)
+        summary = run_replay(spark, lake, cluster_id=args.cluster_id, say=say, image_at=args.image_at)
     except ReplayError as exc:
         raise _user_error(exc) from None
     for line in summary.lines():
