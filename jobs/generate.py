@@ -10,28 +10,12 @@ from __future__ import annotations
 
 import sys
 
-from kraft_replay.serve.cli import main
-
-_GLOBAL = ("--profile", "--backend")
+from kraft_replay.serve.cli import job_argv, main
 
 
 def to_cli_argv(argv: list[str]) -> list[str]:
     """Move the global options (``--profile``, ``--backend``) in front of the ``generate`` subcommand."""
-    front: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a.split("=", 1)[0] in _GLOBAL:
-            if "=" in a:
-                front.append(a)
-            elif i + 1 < len(argv):
-                front.extend(argv[i : i + 2])
-                i += 1
-        else:
-            rest.append(a)
-        i += 1
-    return [*front, "generate", *rest]
+    return job_argv("generate", argv)
 
 
 if __name__ == "__main__":

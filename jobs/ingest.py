@@ -10,29 +10,12 @@ from __future__ import annotations
 
 import sys
 
-from kraft_replay.serve.cli import main
-
-_GLOBAL = ("--profile", "--backend")
+from kraft_replay.serve.cli import job_argv, main
 
 
 def to_cli_argv(argv: list[str]) -> list[str]:
     """Move the global options (``--profile``, ``--backend``) in front of the ``ingest`` subcommand."""
-    front: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        name = a.split("=", 1)[0]
-        if name in _GLOBAL:
-            if "=" in a:
-                front.append(a)
-            elif i + 1 < len(argv):
-                front.extend(argv[i : i + 2])
-                i += 1
-        else:
-            rest.append(a)
-        i += 1
-    return [*front, "ingest", *rest]
+    return job_argv("ingest", argv)
 
 
 if __name__ == "__main__":

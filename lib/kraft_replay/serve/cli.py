@@ -47,6 +47,26 @@ GLOBAL_OPTIONS: tuple[tuple[str, dict, object], ...] = (
 )
 
 
+def job_argv(command: str, argv: list[str]) -> list[str]:
+    """The ``kraft-replay`` argv of a Spark job entry point (``jobs/<command>.py ARGS``): the global
+    options (``--profile``, ``--backend``) moved in front of ``command``, the rest after it."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.split("=", 1)[0] in ("--profile", "--backend"):
+            if "=" in a:
+                front.append(a)
+            elif i + 1 < len(argv):
+                front.extend(argv[i : i + 2])
+                i += 1
+        else:
+            rest.append(a)
+        i += 1
+    return [*front, command, *rest]
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
