@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from kraft_replay.ingest.schemas import QUARANTINE_SCHEMA
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES, ZK_MIGRATION_STATE_NAMES
 
-__all__ = ["MV_NAMES", "OracleResult", "replay", "first_difference", "table_rows"]
+__all__ = ["MV_NAMES", "OracleResult", "replay", "first_difference", "first_image_difference", "table_rows"]
 
 # facts §6.1 / §6.1b: metadata.version feature level -> version string
 MV_NAMES: dict[int, str] = {
@@ -1022,3 +1022,17 @@ def first_difference(name: str, expected: pa.Table, actual: pa.Table) -> str | N
 
 def _where(row: dict[str, Any], keys: tuple[str, ...]) -> str:
     return ", ".join(f"{k}={row[k]!r}" for k in keys)
+
+
+def first_image_difference(a: dict, b: dict) -> str | None:
+    """The first domain and entity where two images differ (for assertion messages)."""
+    for k in a:
+        if a[k] == b.get(k):
+            continue
+        if isinstance(a[k], list):
+            for x, y in zip(a[k], b[k]):
+                if x != y:
+                    return f"{k}: log {x} != snapshot {y}"
+            return f"{k}: {len(a[k])} entities from the log, {len(b[k])} in the snapshot"
+        return f"{k}: log {a[k]!r} != snapshot {b[k]!r}"
+    return None

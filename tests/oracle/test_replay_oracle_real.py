@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from replay_oracle import replay  # tests/oracle is on sys.path (pytest prepend mode)
+from replay_oracle import first_image_difference, replay  # tests/oracle is on sys.path (pytest prepend mode)
 
 from kraft_replay.codec.files import classify
 from kraft_replay.ingest.bronze import decode_to_arrow
@@ -65,20 +65,6 @@ def _full(directory: str, prefix: str):  # noqa: ANN202 - an OracleResult
     return replay(log, _log_only(control))
 
 
-def _image_diff(a: dict, b: dict) -> str | None:
-    """The first domain and entity where two images differ (for assertion messages)."""
-    for k in a:
-        if a[k] == b.get(k):
-            continue
-        if isinstance(a[k], list):
-            for x, y in zip(a[k], b[k]):
-                if x != y:
-                    return f"{k}: log {x} != snapshot {y}"
-            return f"{k}: {len(a[k])} entities from the log, {len(b[k])} in the snapshot"
-        return f"{k}: log {a[k]!r} != snapshot {b[k]!r}"
-    return None
-
-
 @pytest.mark.parametrize(("prefix", "end"), PAIRS, ids=[f"{p}-{e}" for p, e in PAIRS])
 def test_log_replay_equals_kafkas_snapshot(real_kraft_dir: Path, prefix: str, end: int) -> None:
     log, control, snaps = _bronze(real_kraft_dir, prefix)
@@ -86,7 +72,7 @@ def test_log_replay_equals_kafkas_snapshot(real_kraft_dir: Path, prefix: str, en
     own = replay(None, *_snapshot(control, snaps, end))
     from_snapshot = own.image_at(end - 1)
     assert own.anomalies() == [] and _full(str(real_kraft_dir), prefix).anomalies() == []
-    assert from_log == from_snapshot, f"{prefix} snapshot {end}: {_image_diff(from_log, from_snapshot)}"
+    assert from_log == from_snapshot, f"{prefix} snapshot {end}: {first_image_difference(from_log, from_snapshot)}"
     # the comparison has something to compare, and the log moves on after the snapshot
     assert from_snapshot["topics"] and from_snapshot["partitions"] and from_snapshot["brokers"]
     assert from_snapshot["configs"] and from_snapshot["features"]

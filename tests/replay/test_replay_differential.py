@@ -20,7 +20,7 @@ from chispa import assert_df_equality
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_oracle import first_difference  # noqa: E402
+from replay_oracle import first_difference, first_image_difference  # noqa: E402
 from replay_scenarios import PAIRS, REAL, SCENARIOS  # noqa: E402
 
 from kraft_replay.ingest.schemas import QUARANTINE_SCHEMA  # noqa: E402
@@ -129,22 +129,9 @@ def test_log_replayed_to_a_snapshot_equals_kafkas_snapshot(real_runs, prefix: st
     versions = {t: res[t] for t in VERSIONED_TABLES}
     from_log = image_json(image_frames(versions, prefix, end - 1), prefix, end - 1)
     snap = image_json(image_frames(versions, f"{prefix}@{end}", end - 1), prefix, end - 1)
-    assert from_log == snap, _first_image_difference(from_log, snap)
+    assert from_log == snap, first_image_difference(from_log, snap)
     assert from_log == oracle.image_at(end - 1, prefix)
     assert snap["topics"] and snap["partitions"] and snap["brokers"] and snap["features"]
     if prefix == "greenlemonT":  # epochs well past 0: the §5.2 increments are what is checked
         assert max(p["leader_epoch"] for p in snap["partitions"]) >= 10
         assert max(p["partition_epoch"] for p in snap["partitions"]) >= 10
-
-
-def _first_image_difference(a: dict, b: dict) -> str:
-    for k in a:
-        if a[k] == b.get(k):
-            continue
-        if isinstance(a[k], list):
-            for x, y in zip(a[k], b[k]):
-                if x != y:
-                    return f"{k}: log {x} != snapshot {y}"
-            return f"{k}: {len(a[k])} entities from the log, {len(b[k])} in the snapshot"
-        return f"{k}: log {a[k]!r} != snapshot {b[k]!r}"
-    return "no difference"
