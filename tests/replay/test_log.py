@@ -47,7 +47,8 @@ class Stage:
         self.gaps = ck(L.offset_gaps(self.positions, self.batches, self.starts, self.usable))
         self.txns = ck(L.transactions(self.kept, self.starts))
         self.spans = ck(L.transaction_spans(self.txns, self.starts))
-        self.applied = ck(L.applied_records(self.kept, self.starts, self.spans))
+        self.copies = ck(L.copy_digests(self.log, self.kept))
+        self.applied = ck(L.applied_records(self.log, self.copies, self.batches, self.starts, self.spans))
         self.commit = ck(L.commit_certainty(self.batches, self.usable, self.starts))
 
     def of(self, cluster: str) -> "Stage":
@@ -223,7 +224,7 @@ def test_divergent_batch_is_one_a_higher_epoch_overlaps(spark, stage) -> None:
 def test_identical_copies_are_one_record_and_different_ones_conflict(stage) -> None:
     s = stage.of("copies")
     assert s.kept.where("_copy = 1").count() == 2
-    an = L.conflicting_copies(s.kept, s.starts).collect()
+    an = L.conflicting_copies(s.copies, s.starts).collect()
     assert [(a.offset, a.reason_code) for a in an] == [(0, "CONFLICTING_COPIES")]
     assert an[0].message == ("two different records at offset 0 in epoch 1 (FEATURE_LEVEL_RECORD from "
                              "00000000000000000000.log, FEATURE_LEVEL_RECORD from c.log); the first is kept")

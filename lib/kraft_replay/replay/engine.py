@@ -32,7 +32,7 @@ from kraft_replay.replay.delegation_tokens import delegation_tokens
 from kraft_replay.replay.features import features
 from kraft_replay.replay.partitions import partitions
 from kraft_replay.replay.producer_ids import producer_ids
-from kraft_replay.replay.records import PAYLOAD_COLUMNS
+from kraft_replay.replay.records import API, PAYLOAD_COLUMNS
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 from kraft_replay.replay.scram_credentials import scram_credentials
 from kraft_replay.replay.topics import topic_removals, topic_replacements, topics
@@ -64,6 +64,10 @@ def _records_stream(df: DataFrame, sid) -> DataFrame:  # noqa: ANN001 - a Column
 
 Checkpoint = Callable[[DataFrame], DataFrame]
 
+_COPIES_SCHEMA = ("cluster_id string, offset long, source_file string, source_position long, _base long, _last long, "
+                  "_epoch int, _copy int, record_type string, _digest long, _differs boolean, _kept_type string, "
+                  "_kept_file string")
+
 
 def _same(df: DataFrame) -> DataFrame:
     return df
@@ -91,6 +95,12 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
 
     out: dict[str, DataFrame] = {}
     anomalies: list[DataFrame] = []
+    # the partition records (nearly all of a log) apart from the rest: the other domains read few rows
+    is_part = F.col("api_key").isin(API["PARTITION"], API["PARTITION_CHANGE"])
+    part_cols = [c for c in ("partition", "partition_change") if c in recs.columns]
+    part_recs = checkpoint(recs.where(is_part).select(
+        *[c for c in recs.columns if c not in PAYLOAD_COLUMNS], *part_cols))
+    recs = checkpoint(recs.where(~is_part))
     out["topics"], a, topics_ann = topics(recs, f("topics"), loads)
     topics_ann = checkpoint(topics_ann)
     out["topics"] = checkpoint(out["topics"])
@@ -98,7 +108,7 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     removals = topic_removals(topics_ann)
     replacements = topic_replacements(topics_ann)
     drops = removals.drop("topic_name").unionByName(replacements)
-    out["partitions"], a, dropped = partitions(recs, topics_ann, drops, f("partitions"), loads)
+    out["partitions"], a, dropped = partitions(part_recs, topics_ann, drops, f("partitions"), loads)
     out["partitions"], a, dropped = checkpoint(out["partitions"]), checkpoint(a), checkpoint(dropped)
     anomalies.append(a)
     rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
@@ -199,18 +209,21 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     txns = checkpoint(L.transactions(kept, starts))
     spans = checkpoint(L.transaction_spans(txns, starts))
     cols = ["cluster_id", "offset", "_vis", "_vtime", "api_key", "record_type", *[c for c in PAYLOAD_COLUMNS if c in log.columns]]
-    recs = checkpoint(_records_stream(L.applied_records(kept, starts, spans).select(*cols), MAIN))
+    has_copies = not kept.where(F.col("_n") > 1).isEmpty()
+    copies = (checkpoint(L.copy_digests(log, kept)) if has_copies
+              else log.sparkSession.createDataFrame([], _COPIES_SCHEMA))
+    recs = _records_stream(L.applied_records(log, copies, batches, starts, spans).select(*cols), MAIN)  # split and cut per domain
 
     if has_loads is None:
         has_loads = not loads.isEmpty()
     if has_loads:
-        fresh, fresh_anomalies = replay_domains(checkpoint(_snapshot_records(snapshots, loads)), checkpoint=checkpoint)
+        fresh, fresh_anomalies = replay_domains(_snapshot_records(snapshots, loads), checkpoint=checkpoint)
         versions, main_anomalies = replay_domains(recs, fresh, loads, checkpoint=checkpoint)
         internal = fresh_anomalies.unionByName(main_anomalies)
     else:
         versions, internal = replay_domains(recs, checkpoint=checkpoint)
     anomalies = union_all([
-        L.conflicting_copies(kept, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
+        L.conflicting_copies(copies, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
         L.gap_anomalies(gaps), L.transaction_anomalies(txns), finish_anomalies(internal),
     ])
     tables = {t: conform(versions[t].where(F.col("_sid") == MAIN), t) for t in VERSIONED_TABLES}

@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 __all__ = [
     "BEGIN_TRANSACTION", "END_TRANSACTION", "ABORT_TRANSACTION", "NO_OP", "BUCKET",
     "log_positions", "log_batches", "mark_divergent", "divergent_quarantine", "kept_records",
-    "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
+    "copy_digests", "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
     "mid_stream_anomalies", "offset_gaps", "gap_anomalies", "snapshot_loads", "transactions",
     "transaction_anomalies", "applied_records", "commit_certainty", "log_batches_table", "image_offsets",
 ]
@@ -170,27 +170,48 @@ def _payload_columns(log: DataFrame) -> list[str]:
 
 
 def kept_records(log: DataFrame, batches: DataFrame) -> DataFrame:
-    """The data records that replay reads (facts §5.1): those of non-divergent batches, one per
-    offset — the first by (epoch descending, source file, source position). Adds ``_copy`` (1 for the
-    kept copy), ``_differs`` (another copy that is not identical: api key or payload differ) and
-    ``_kept_type`` / ``_kept_file`` for the conflict message. Callers keep ``_copy = 1``."""
+    """The data records that replay reads (facts §5.1), as narrow rows (keys, ``api_key``,
+    ``record_type``, ``append_time``; no payload): those of non-divergent batches with ``_copy`` (1 for
+    the copy kept at its offset — the first by (epoch descending, source file, source position)) and
+    ``_n`` (the copies of its offset). Callers keep ``_copy = 1``; the payloads are read once, by
+    :func:`applied_records`, and only the (few) offsets with several copies are compared
+    (:func:`copy_digests`)."""
     nd = _with_batch_key(log).join(F.broadcast(_divergent_keys(batches)), ["cluster_id", "_base", "_last", "_epoch"], "left_anti")
-    pay = _payload_columns(log)
-    digest = F.xxhash64(F.col("api_key"), *[F.col(c) for c in pay]) if pay else F.xxhash64(F.col("api_key"))
+    nd = nd.select("cluster_id", F.col("offset").cast("long").alias("offset"), "api_key", "record_type", "append_time",
+                   "source_file", "source_position", "_base", "_last", "_epoch")
     w = Window.partitionBy("cluster_id", "offset").orderBy(F.col("_epoch").desc(), "source_file", "source_position")
     whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    return (nd.withColumn("_digest", digest)
-            .withColumn("_copy", F.row_number().over(w))
-            .withColumn("_differs", F.col("_digest") != F.first("_digest").over(whole))
-            .withColumn("_kept_type", F.first("record_type").over(whole))
-            .withColumn("_kept_file", F.first("source_file").over(whole))
-            .drop("_digest"))
+    return nd.select("*", F.row_number().over(w).alias("_copy"), F.count(F.lit(1)).over(whole).alias("_n"))
 
 
-def conflicting_copies(kept: DataFrame, starts: DataFrame) -> DataFrame:
+_COPY_KEY = ["cluster_id", "offset", "source_file", "source_position", "_base", "_last", "_epoch"]
+
+
+def _digest(log: DataFrame) -> Column:
+    pay = _payload_columns(log)
+    return F.xxhash64(F.col("api_key"), *[F.col(c) for c in pay]) if pay else F.xxhash64(F.col("api_key"))
+
+
+def copy_digests(log: DataFrame, kept: DataFrame) -> DataFrame:
+    """The copies at offsets with several (``_n > 1``) with a digest of their record (api key and
+    payload): ``_copy``, ``_digest``, ``_differs`` (not identical to the kept copy) and
+    ``_kept_type`` / ``_kept_file`` (the kept copy's, for the conflict message)."""
+    multi = kept.where(F.col("_n") > 1).select(*_COPY_KEY, "_copy", "record_type")
+    lg = _with_batch_key(log).withColumn("offset", F.col("offset").cast("long"))
+    d = lg.join(F.broadcast(multi.select(*_COPY_KEY)), _COPY_KEY, "left_semi").select(*_COPY_KEY, _digest(log).alias("_digest"))
+    m = multi.join(d, _COPY_KEY)
+    w = Window.partitionBy("cluster_id", "offset").orderBy("_copy")
+    whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    return m.select("*", (F.col("_digest") != F.first("_digest").over(whole)).alias("_differs"),
+                    F.first("record_type").over(whole).alias("_kept_type"),
+                    F.first("source_file").over(whole).alias("_kept_file"))
+
+
+def conflicting_copies(copies: DataFrame, starts: DataFrame) -> DataFrame:
     """``CONFLICTING_COPIES`` anomalies (replay_anomalies rows) for the copies of one offset that
-    differ from the kept one, at offsets replay reads (>= the replay start)."""
-    k = kept.join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+    differ from the kept one (``copies``: :func:`copy_digests`), at offsets replay reads (>= the
+    replay start)."""
+    k = copies.join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
     k = k.where((F.col("_copy") > 1) & F.col("_differs") & (F.col("offset") >= F.col("replay_start_offset")))
     return k.select(
         "cluster_id", "offset", F.lit("CONFLICTING_COPIES").alias("reason_code"), _null("string").alias("entity"),
@@ -246,8 +267,8 @@ def replay_starts(positions: DataFrame, batches: DataFrame, usable: DataFrame, c
     """Where replay starts, per cluster (docs/design.md; facts §4.2, §5.1): ``first_offset``,
     ``last_offset`` (non-divergent data and control offsets), ``start_snapshot_end_offset`` /
     ``_epoch`` and ``replay_start_offset`` (the start snapshot's END, else the first offset, else 0)."""
-    good = batches.where(~F.col("divergent")).select("cluster_id", *_BATCH)
-    present = positions.join(good, ["cluster_id", *_BATCH], "left_semi")
+    bad = batches.where(F.col("divergent")).select("cluster_id", *_BATCH)
+    present = positions.join(F.broadcast(bad), ["cluster_id", *_BATCH], "left_anti")  # divergent batches are few
     span = present.groupBy("cluster_id").agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"))
     c = clusters.join(span, "cluster_id", "left")
     u = usable.select("cluster_id", F.col("snapshot_end_offset").alias("_end"), F.col("snapshot_epoch").alias("_epoch"))
@@ -282,9 +303,10 @@ def offset_gaps(positions: DataFrame, batches: DataFrame, starts: DataFrame, usa
     """Facts §5.7: the missing offset ranges ``[gap_lo, gap_hi)`` from the replay start on (control
     offsets count as present), each with the newest usable snapshot ending inside it
     (``resync_end`` / ``resync_epoch``: gap_lo < END <= gap_hi), which replay loads there."""
-    good = batches.where(~F.col("divergent")).select("cluster_id", *_BATCH)
-    present = (positions.join(good, ["cluster_id", *_BATCH], "left_semi").select("cluster_id", "offset").distinct()
-               .join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+    # copies of an offset need no distinct: the second's previous offset is its own (no gap)
+    bad = batches.where(F.col("divergent")).select("cluster_id", *_BATCH)
+    present = (positions.join(F.broadcast(bad), ["cluster_id", *_BATCH], "left_anti").select("cluster_id", "offset")
+               .join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
                .where(F.col("offset") >= F.col("replay_start_offset")))
     prev = _scan(present, ["offset"], "offset", "offset", "_prev", before=True)
     lo = F.when(F.col("_prev").isNull(), F.col("replay_start_offset")).otherwise(F.col("_prev") + 1)
@@ -397,19 +419,33 @@ def _in_spans(df: DataFrame, spans: DataFrame, at: str) -> DataFrame:
     return d.join(F.broadcast(sp), cond, "left").drop("_db", "_s_cluster_id", "_s__sb")
 
 
-def applied_records(kept: DataFrame, starts: DataFrame, spans: DataFrame) -> DataFrame:
+def applied_records(log: DataFrame, copies: DataFrame, batches: DataFrame, starts: DataFrame,
+                    spans: DataFrame) -> DataFrame:
     """Facts §5.1: the records that change the image, with ``_vis`` (the offset from which their
     effect is visible: their own, or the End's inside a committed transaction) and ``_vtime`` (the
-    append time of the batch holding ``_vis``): kept copies at offsets >= the replay start, neither
-    transaction markers nor NoOps, outside aborted and still-open transactions."""
-    k = (kept.where((F.col("_copy") == 1) & ~F.col("api_key").isin(*_MARKERS, NO_OP))
-         .join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+    append time of the batch holding ``_vis``): the kept copies (not in a divergent batch, not a
+    losing copy of :func:`copy_digests`) at offsets >= the replay start, neither transaction markers
+    nor NoOps, outside aborted and still-open transactions. The bronze rows are filtered with
+    broadcast joins only (no shuffle of the payloads)."""
+    losers = copies.where(F.col("_copy") > 1).select(*[F.col(c).alias("_l" + c) for c in _COPY_KEY], "_digest")
+    lg = _with_batch_key(log).withColumn("offset", F.col("offset").cast("long"))
+    k = lg.join(F.broadcast(_divergent_keys(batches)), ["cluster_id", "_base", "_last", "_epoch"], "left_anti")
+    k = k.where(~F.col("api_key").isin(*_MARKERS, NO_OP))
+    same = [F.col(c) == F.col("_l" + c) for c in _COPY_KEY]
+    cond = same[0]
+    for c in same[1:]:
+        cond = cond & c
+    # the digest is compared only for rows whose keys match a losing copy (not a hash-join key, which
+    # would hash every record's payload)
+    d = _digest(log)
+    k = k.join(F.broadcast(losers), cond & (F.greatest(d, F.col("_digest")) == F.least(d, F.col("_digest"))), "left_anti")
+    k = (k.join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
          .where(F.col("offset") >= F.col("replay_start_offset")))
     j = _in_spans(k, spans, "offset")
     j = j.where(F.col("_s_outcome").isNull() | (F.col("_s_outcome") == "COMMITTED"))
     return (j.withColumn("_vis", F.coalesce(F.col("_s_visible_offset"), F.col("offset")))
             .withColumn("_vtime", F.coalesce(F.col("_s_visible_time"), F.col("append_time")))
-            .drop(*[c for c in j.columns if c.startswith("_s_")], "replay_start_offset"))
+            .drop(*[c for c in j.columns if c.startswith("_s_")], "replay_start_offset", "_base", "_last", "_epoch"))
 
 
 # ---------------------------------------------------------------------------------------------

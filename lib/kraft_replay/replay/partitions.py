@@ -10,14 +10,15 @@
 * RemoveTopicRecord (and a TopicRecord for an existing topic id) closes every partition of the topic;
   a loaded snapshot sets what it holds and deletes what it does not mention (§5.6).
 
-Computed with window functions: sentinels normalised to nulls, then the events of one partition in
-(visible offset, offset) order are cut into *segments* at each reset (an applied PartitionRecord, a
-snapshot's partition, a tombstone); inside a segment ``last(..., ignorenulls)`` carries every field
-forward and the epochs are the reset's plus running counts of the applied changes. Whether a change
-applies depends on its topic (a window over the topic's events), on the partition existing (the
-last reset), on its own values — and, for directories only, on the carried state; that last check is
-resolved by a fixpoint over DataFrame passes that marks the first mismatching change of a segment
-per pass (real logs: one pass, no mismatch).
+Computed with window functions of one partitioning (by partition) and one order (visible offset,
+offset): sentinels normalised to nulls; the events of one partition are cut into *segments* at each
+reset (an applied PartitionRecord, a snapshot's partition, a tombstone); ``last(..., ignorenulls)``
+carries every field forward from the last reset and the epochs are the reset's plus running counts
+of the applied changes. Whether a change applies depends on its topic (a broadcast range join with
+the topic versions), on the partition existing (the last reset), on its own values — and, for
+directories only, on the carried state; that last check is resolved optimistically (one pass, no
+failure) and, for the partitions where it finds a mismatch, by a fixpoint over DataFrame passes that
+marks the first mismatching change of a segment per pass (real logs: no mismatch).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _entity() -> Column:
 
 def _real(dirs: Column) -> Column:
     """A directory list with a non-zero entry (facts §5.2: otherwise it means MIGRATING)."""
-    return F.coalesce((F.size(dirs) > 0) & F.exists(dirs, lambda x: x != F.lit(ZERO_UUID)), F.lit(False))
+    return F.coalesce(F.size(F.array_remove(dirs, F.lit(ZERO_UUID))) > 0, F.lit(False))
 
 
 def _raw(kind: str, values: dict[str, Column]) -> list[Column]:
@@ -124,64 +125,86 @@ def _absent_events(ev: DataFrame, loads: DataFrame) -> DataFrame:
 
 
 def _with_topic_state(ev: DataFrame, topic_annotated: DataFrame) -> DataFrame:
-    """``_topic`` = the topic's state (``exists``, ``name``) just before each partition event: topic
-    versions and partition events in one window per topic, ordered by (visible offset, offset, sub)."""
+    """``_t_exists`` / ``_t_name``: the topic's state just before each partition event — the topic
+    version whose [(visible offset, offset), next version's) holds the event's (topic versions are
+    ordered before partition events of the same record). A broadcast range join: topics are few
+    next to partition events, so the events are neither shuffled nor sorted for it."""
     tv = topic_annotated.where(F.col("_keep")).select(
-        "cluster_id", "_sid", "topic_id", "_vis", "_ord", F.lit(0).alias("_sub"),
-        F.struct((~F.col("_del")).alias("exists"), F.col("name").alias("name")).alias("_tstate"))
-    both = ev.withColumn("_tstate", F.lit(None).cast("struct<exists:boolean,name:string>")).unionByName(
-        tv, allowMissingColumns=True)
-    w = (Window.partitionBy(*STREAM, "topic_id").orderBy(*ORDER)
-         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    return (both.withColumn("_topic", F.last("_tstate", ignorenulls=True).over(w))
-            .where(F.col("kind").isNotNull()).drop("_tstate"))
+        "cluster_id", "_sid", "topic_id", F.col("_vis").alias("_t_vis"), F.col("_ord").alias("_t_ord"),
+        (~F.col("_del")).alias("_t_exists"), F.col("name").alias("_t_name"))
+    w = Window.partitionBy(*STREAM, "topic_id").orderBy("_t_vis", "_t_ord")
+    tv = tv.select(*[F.col(c).alias("_tv" + c) if c in (*STREAM, "topic_id") else F.col(c) for c in tv.columns],
+                   F.lead(F.struct("_t_vis", "_t_ord")).over(w).alias("_t_next"))
+    at = F.struct(F.col("_vis").alias("_t_vis"), F.col("_ord").alias("_t_ord"))
+    cond = ((F.col("cluster_id") == F.col("_tvcluster_id")) & (F.col("_sid") == F.col("_tv_sid"))
+            & (F.col("topic_id") == F.col("_tvtopic_id")) & (F.struct("_t_vis", "_t_ord") <= at)
+            & (F.col("_t_next").isNull() | (at < F.col("_t_next"))))
+    j = ev.join(F.broadcast(tv), cond, "left")
+    return j.drop("_tvcluster_id", "_tv_sid", "_tvtopic_id", "_t_vis", "_t_ord", "_t_next")
 
 
 def _checks(ev: DataFrame) -> DataFrame:
-    """Record-local checks, existence and segments (see the module docstring)."""
+    """Record-local checks, then one window per partition (visible offset, offset order):
+    ``_exists_before`` (the last reset before the event set it: an applied PartitionRecord or a
+    snapshot's partition, not a tombstone), ``_seg`` (resets so far), ``_pc_pre`` (a change that
+    applies unless its directories mismatch)."""
     kind = F.col("kind")
-    topic_ok = F.coalesce(F.col("_topic.exists"), F.lit(False))
-    pr_lrs_ok = F.col("r_lrs").isin(0, 1)
+    topic_ok = F.coalesce(F.col("_t_exists"), F.lit(False))
     pr_dirs_ok = ~_real(F.col("r_dirs")) | (F.size("r_dirs") == F.size("r_replicas"))
-    ev = (ev.withColumn("_topic_ok", topic_ok)
-          .withColumn("_pr_applies", (kind == "PR") & topic_ok & pr_lrs_ok & pr_dirs_ok))
+    pr_applies = (kind == "PR") & topic_ok & F.col("r_lrs").isin(0, 1) & pr_dirs_ok
+    ev = ev.select("*", topic_ok.alias("_topic_ok"), pr_applies.alias("_pr_applies"))
     w = Window.partitionBy(*STREAM, *KEY).orderBy(*ORDER)
     marker = (F.when(kind == "PR", F.when(F.col("_pr_applies"), F.lit(True)))
               .when(kind == "S", F.lit(True)).when(kind.isin("T", "SA"), F.lit(False)))
-    ev = ev.withColumn("_exists_before", F.coalesce(
-        F.last(marker, ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, -1)), F.lit(False)))
-    ev = ev.withColumn("_pc_pre", (kind == "PC") & topic_ok & F.col("_exists_before") & F.col("r_lrs").isin(-1, 0, 1))
     reset = F.col("_pr_applies") | kind.isin("S", "T", "SA")
-    ev = ev.withColumn("_reset_set", F.col("_pr_applies") | (kind == "S"))
-    return ev.withColumn("_seg", F.sum(reset.cast("int")).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+    ev = ev.select(
+        "*", F.coalesce(F.last(marker, ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, -1)),
+                        F.lit(False)).alias("_exists_before"),
+        F.sum(reset.cast("int")).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)).alias("_seg"))
+    return ev.select("*", (F.col("_pr_applies") | (kind == "S")).alias("_reset_set"),
+                     ((kind == "PC") & F.col("_topic_ok") & F.col("_exists_before")
+                      & F.col("r_lrs").isin(-1, 0, 1)).alias("_pc_pre"))
 
 
 def _carry(ev: DataFrame) -> DataFrame:
-    """The partition's state after each event of its segment (``c_*`` columns, ``_applied``,
-    ``_mismatch``), with the changes in ``_failed`` not applied."""
-    w = (Window.partitionBy(*STREAM, *KEY, "_seg").orderBy(*ORDER)
+    """The partition's state after each event (``c_*`` columns, ``_applied``, ``_mismatch``), with
+    the changes in ``_failed`` not applied. One running window per partition: a reset (applied
+    PartitionRecord, snapshot partition) sets every field, so ``last(..., ignorenulls)`` over the
+    partition restarts there (values are wrapped in a struct so that a null set at a reset is kept);
+    the epochs are the reset's plus the applied changes since it (running counts minus their value at
+    the reset). Events after a tombstone and before the next reset apply nothing."""
+    w = (Window.partitionBy(*STREAM, *KEY).orderBy(*ORDER)
          .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    applied = F.col("_pc_pre") & ~F.col("_failed")
     reset = F.col("_reset_set")
-    ev = ev.withColumn("_applied", applied)
+    ev = ev.withColumn("_applied", F.col("_pc_pre") & ~F.col("_failed"))
+    applied = F.col("_applied")
 
-    def carried(value_on_reset: Column, value_on_change: Column) -> Column:
-        return F.last(F.when(reset, value_on_reset).when(F.col("_applied"), value_on_change), ignorenulls=True).over(w)
+    def carried(name: str, on_reset: Column, on_change: Column | None) -> Column:
+        v = F.when(reset, F.struct(on_reset.alias("v")))
+        if on_change is not None:
+            v = v.when(applied & on_change.isNotNull(), F.struct(on_change.alias("v")))
+        return F.last(v, ignorenulls=True).over(w).getField("v").alias(name)
 
-    for x in LISTS:
-        ev = ev.withColumn(f"c_{x}", carried(F.col(f"r_{x}"), F.col(f"r_{x}")))
-    ev = (ev.withColumn("c_leader", carried(F.col("r_leader"), F.col("r_leader")))
-          .withColumn("c_lrs", carried(F.col("r_lrs"), F.when(F.col("r_lrs") != -1, F.col("r_lrs"))))
-          .withColumn("c_dirs", carried(F.col("r_dirs"), F.col("r_dirs")))
-          .withColumn("c_topic_name", carried(F.coalesce(F.col("r_topic_name"), F.col("_topic.name")), F.lit(None)))
-          .withColumn("c_le", F.first(F.when(reset, F.col("r_le")), ignorenulls=True).over(w)
-                      + F.sum((F.col("_applied") & F.col("r_leader").isNotNull()).cast("int")).over(w))
-          .withColumn("c_pe", F.first(F.when(reset, F.col("r_pe")), ignorenulls=True).over(w)
-                      + F.sum(F.col("_applied").cast("int")).over(w)))
+    cols = [carried(f"c_{x}", F.col(f"r_{x}"), F.col(f"r_{x}")) for x in LISTS]
+    cols += [
+        carried("c_leader", F.col("r_leader"), F.col("r_leader")),
+        carried("c_lrs", F.col("r_lrs"), F.when(F.col("r_lrs") != -1, F.col("r_lrs"))),
+        carried("c_dirs", F.col("r_dirs"), F.col("r_dirs")),
+        carried("c_topic_name", F.coalesce(F.col("r_topic_name"), F.col("_t_name")), None),
+        F.sum((applied & F.col("r_leader").isNotNull()).cast("int")).over(w).alias("_n_le"),
+        F.sum(applied.cast("int")).over(w).alias("_n_pe"),
+    ]
+    ev = ev.select("*", *cols)
+    base = F.last(F.when(reset, F.struct((F.col("r_le") - F.col("_n_le")).alias("le"),
+                                         (F.col("r_pe") - F.col("_n_pe")).alias("pe"))), ignorenulls=True).over(w)
+    ev = ev.select("*", base.alias("_base"))
     real = _real(F.col("c_dirs"))
-    ev = ev.withColumn("c_directories", F.when(real, F.col("c_dirs")).otherwise(
-        F.array_repeat(F.lit(ZERO_UUID), F.size(F.coalesce(F.col("c_replicas"), F.array())))))
-    return ev.withColumn("_mismatch", F.col("_applied") & real & (F.size("c_dirs") != F.size("c_replicas")))
+    return ev.select(
+        *[c for c in ev.columns if c not in ("_base", "_n_le", "_n_pe")],
+        (F.col("_base.le") + F.col("_n_le")).alias("c_le"), (F.col("_base.pe") + F.col("_n_pe")).alias("c_pe"),
+        F.when(real, F.col("c_dirs")).otherwise(
+            F.array_repeat(F.lit(ZERO_UUID), F.size(F.coalesce(F.col("c_replicas"), F.array())))).alias("c_directories"),
+        (applied & real & (F.size("c_dirs") != F.size("c_replicas"))).alias("_mismatch"))
 
 
 def _first_mismatches(carried: DataFrame) -> DataFrame:
@@ -191,54 +214,11 @@ def _first_mismatches(carried: DataFrame) -> DataFrame:
         "%d directories for %d replicas", F.size("c_dirs"), F.size("c_replicas")).alias("_fail_msg"))
 
 
-def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """The carried state with the directory mismatches resolved (fixpoint, see the module
-    docstring), and the failed changes with their messages."""
-    failed = None
-    ev = ev.withColumn("_failed", F.lit(False))
-    might = ev.where(_real(F.col("r_dirs")) & F.col("kind").isin("PR", "S", "PC")).select(*STREAM, *KEY).distinct()
-    # only partitions that ever had real directories can mismatch: the rest is resolved in one pass
-    safe = ev.join(might, [*STREAM, *KEY], "left_anti")
-    risky = ev.join(might, [*STREAM, *KEY], "left_semi").localCheckpoint(eager=False)  # read by every pass
-    if risky.isEmpty():
-        return _carry(safe), ev.sparkSession.createDataFrame([], "cluster_id string, _sid long, topic_id string, "
-                                                                 "partition_id int, _vis long, _ord long, _fail_msg string")
-    for _ in range(MAX_FIXPOINT_PASSES):
-        carried = _carry(risky).localCheckpoint(eager=False)
-        new = _first_mismatches(carried).localCheckpoint(eager=False)
-        if new.isEmpty():
-            break
-        failed = new if failed is None else failed.unionByName(new)
-        risky = (risky.drop("_failed").join(failed.select(*STREAM, *KEY, "_vis", "_ord", F.lit(True).alias("_failed")),
-                                            [*STREAM, *KEY, "_vis", "_ord"], "left")
-                 .withColumn("_failed", F.coalesce(F.col("_failed"), F.lit(False))))
-    else:
-        raise RuntimeError(f"partitions: directory mismatches did not settle in {MAX_FIXPOINT_PASSES} passes")
-    if failed is None:
-        failed = ev.sparkSession.createDataFrame([], "cluster_id string, _sid long, topic_id string, partition_id int, "
-                                                     "_vis long, _ord long, _fail_msg string")
-    return _carry(safe).unionByName(carried), failed
+_FAILED_SCHEMA = "cluster_id string, _sid long, topic_id string, partition_id int, _vis long, _ord long, _fail_msg string"
 
 
-def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFrame,
-               fresh: DataFrame | None = None, loads: DataFrame | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """Facts §5.2 / §5.6: ``(versions, anomalies, dropped)`` of the ``partitions`` table.
-    ``topic_annotated``: the annotated topic events (:func:`kraft_replay.replay.topics.topics`);
-    ``topic_drops``: the applied RemoveTopicRecords and re-creating TopicRecords (their partitions
-    are closed); ``dropped``: per such record (stream, ``topic_id``, ``record_offset``), how many
-    partitions it closed."""
-    ev = partition_events(recs)
-    if fresh is not None and loads is not None:
-        ev = ev.unionByName(_fresh_events(fresh, loads))
-    keys = ev.where(F.col("kind").isin("PR", "S")).select(*STREAM, *KEY).distinct()
-    ev = ev.unionByName(_tombstone_events(topic_drops, keys))
-    if fresh is not None and loads is not None:
-        ev = ev.unionByName(_absent_events(ev, loads))
-    # read by the passes and the anomalies: computed once, lineage cut
-    ev = _checks(_with_topic_state(ev, topic_annotated)).localCheckpoint(eager=False)
-    carried, failed = _resolve(ev)
-
-    # anomalies
+def _anomaly_columns(ev: DataFrame) -> DataFrame:
+    """``_code`` / ``_msg``: the record-local and existence anomalies of each event (null: none)."""
     kind, topic_ok, exists = F.col("kind"), F.col("_topic_ok"), F.col("_exists_before")
     tid, pid, lrs = F.col("topic_id"), F.col("partition_id"), F.col("r_lrs")
     code = (F.when((kind == "PR") & ~topic_ok, "UNKNOWN_TOPIC")
@@ -253,10 +233,68 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
            .when(~topic_ok, F.concat(F.lit("PartitionChangeRecord for unknown topic id "), tid))
            .when(~exists, F.format_string("PartitionChangeRecord for partition %d the topic does not have", pid))
            .otherwise(F.format_string("LeaderRecoveryState %d is not -1, 0 or 1", lrs)))
-    bad = ev.withColumn("_code", code).where(F.col("_code").isNotNull())
-    anomalies = anomaly(bad, F.col("_code"), _entity(), msg, offset=F.col("_ord"))
-    fails = failed.join(ev.select(*STREAM, *KEY, "_vis", "_ord", "record_type"), [*STREAM, *KEY, "_vis", "_ord"])
+    return ev.select("*", code.alias("_code"), F.when(code.isNotNull(), msg).alias("_msg"))
+
+
+def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The carried state with the directory mismatches resolved, and the failed changes with their
+    messages. Optimistic: one pass with no failed change; the partitions where it finds a mismatch
+    (real logs: none) are redone by a fixpoint over DataFrame passes, each marking the first
+    mismatching change of a segment as failed. The result is computed once (lineage cut)."""
+    spark = ev.sparkSession
+    keep_cols = [c for c in ev.columns if not c.startswith("r_") or c in ("r_lrs", "r_leader")]
+    first = _carry(ev.withColumn("_failed", F.lit(False)))
+    first = first.select(*keep_cols, *[c for c in first.columns if c not in ev.columns]).localCheckpoint(eager=False)
+    bad = first.where(F.col("_mismatch")).select(*STREAM, *KEY).distinct().localCheckpoint(eager=False)
+    if bad.isEmpty():
+        return first, spark.createDataFrame([], _FAILED_SCHEMA)
+    risky = ev.join(F.broadcast(bad), [*STREAM, *KEY], "left_semi").withColumn("_failed", F.lit(False))
+    risky = risky.localCheckpoint(eager=False)
+    failed = None
+    for _ in range(MAX_FIXPOINT_PASSES):
+        carried = _carry(risky).localCheckpoint(eager=False)
+        new = _first_mismatches(carried).localCheckpoint(eager=False)
+        if new.isEmpty():
+            break
+        failed = new if failed is None else failed.unionByName(new)
+        risky = (risky.drop("_failed").join(F.broadcast(failed.select(*STREAM, *KEY, "_vis", "_ord", F.lit(True).alias("_failed"))),
+                                            [*STREAM, *KEY, "_vis", "_ord"], "left")
+                 .withColumn("_failed", F.coalesce(F.col("_failed"), F.lit(False))))
+    else:
+        raise RuntimeError(f"partitions: directory mismatches did not settle in {MAX_FIXPOINT_PASSES} passes")
+    good = first.join(F.broadcast(bad), [*STREAM, *KEY], "left_anti")
+    out = good.unionByName(carried.select(*good.columns)).localCheckpoint(eager=False)
+    return out, failed if failed is not None else spark.createDataFrame([], _FAILED_SCHEMA)
+
+
+def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFrame,
+               fresh: DataFrame | None = None, loads: DataFrame | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Facts §5.2 / §5.6: ``(versions, anomalies, dropped)`` of the ``partitions`` table.
+    ``topic_annotated``: the annotated topic events (:func:`kraft_replay.replay.topics.topics`);
+    ``topic_drops``: the applied RemoveTopicRecords and re-creating TopicRecords (their partitions
+    are closed); ``dropped``: per such record (stream, ``topic_id``, ``record_offset``), how many
+    partitions it closed.
+
+    One shuffle (by partition) and one sort: the topic state comes from a broadcast range join, and
+    the checks, the carried state and the versions are windows of one partitioning and order."""
+    ev = partition_events(recs)
+    if fresh is not None and loads is not None:
+        ev = ev.unionByName(_fresh_events(fresh, loads))
+    keys = ev.where(F.col("kind").isin("PR", "S")).select(*STREAM, *KEY).distinct()
+    ev = ev.unionByName(_tombstone_events(topic_drops, keys))
+    if fresh is not None and loads is not None:
+        ev = ev.unionByName(_absent_events(ev, loads))
+    ev = _anomaly_columns(_checks(_with_topic_state(ev, topic_annotated)))
+    carried, failed = _resolve(ev)
+
+    kind = F.col("kind")
+    anomalies = anomaly(carried.where(F.col("_code").isNotNull()), F.col("_code"), _entity(), F.col("_msg"),
+                        offset=F.col("_ord"))
+    fails = failed.join(carried.select(*STREAM, *KEY, "_vis", "_ord", "record_type"), [*STREAM, *KEY, "_vis", "_ord"])
     anomalies = anomalies.unionByName(anomaly(fails, "DIRECTORIES_MISMATCH", _entity(), F.col("_fail_msg"), offset=F.col("_ord")))
+    # a tombstone closes the partition when it exists just before (the last reset was not one)
+    dropped = (carried.where((kind == "T") & F.col("_exists_before"))
+               .groupBy(*STREAM, "topic_id", "record_offset").agg(F.count(F.lit(1)).alias("dropped")))
 
     # versions
     spec = SILVER_TABLES["partitions"]
@@ -269,8 +307,4 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
               "directories": F.col("c_directories")}
     final = c.select(*STREAM, *KEY, *[F.when(~is_del, v).cast(types[n]).alias(n) for n, v in fields.items()],
                      *_META, is_del.alias("_del"), kind.isin("S", "SA").alias("_snap"))
-    ann = annotate(final, "partitions")
-    vers = versions(ann, "partitions")
-    dropped = (ann.where(F.col("_keep") & F.col("_del") & ~F.col("_snap"))
-               .groupBy(*STREAM, "topic_id", "record_offset").agg(F.count(F.lit(1)).alias("dropped")))
-    return vers, anomalies, dropped
+    return versions(annotate(final, "partitions"), "partitions"), anomalies, dropped

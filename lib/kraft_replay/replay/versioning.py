@@ -119,8 +119,9 @@ def versions(annotated: DataFrame, table: str) -> DataFrame:
     if "changed_fields" in spec.field_names:
         prev = F.lag(_state(fields)).over(w)
         k = k.withColumn("_pv", prev)
-        diffs = [F.when(F.col("_pv").isNull() | ~F.col("_pv")[f].eqNullSafe(F.col(f)), F.lit(f)) for f in fields]
-        changed = F.when(~F.col("_del"), F.filter(F.array(*diffs), lambda x: x.isNotNull()))
+        diffs = [F.when(F.col("_pv").isNull() | ~F.col("_pv")[f].eqNullSafe(F.col(f)), F.lit(f)).otherwise(F.lit(""))
+                 for f in fields]
+        changed = F.when(~F.col("_del"), F.array_remove(F.array(*diffs), ""))  # no lambda: code-generated
         k = k.withColumn("changed_fields", changed)
     out = []
     types = {f.name: spark_type(f.type) for f in spec.schema}
