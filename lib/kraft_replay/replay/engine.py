@@ -64,10 +64,6 @@ def _records_stream(df: DataFrame, sid) -> DataFrame:  # noqa: ANN001 - a Column
 
 Checkpoint = Callable[[DataFrame], DataFrame]
 
-_COPIES_SCHEMA = ("cluster_id string, offset long, source_file string, source_position long, _base long, _last long, "
-                  "_epoch int, _copy int, record_type string, _digest long, _differs boolean, _kept_type string, "
-                  "_kept_file string")
-
 
 def _same(df: DataFrame) -> DataFrame:
     return df
@@ -209,9 +205,9 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     txns = checkpoint(L.transactions(kept, starts))
     spans = checkpoint(L.transaction_spans(txns, starts))
     cols = ["cluster_id", "offset", "_vis", "_vtime", "api_key", "record_type", *[c for c in PAYLOAD_COLUMNS if c in log.columns]]
-    has_copies = not kept.where(F.col("_n") > 1).isEmpty()
-    copies = (checkpoint(L.copy_digests(log, kept)) if has_copies
-              else log.sparkSession.createDataFrame([], _COPIES_SCHEMA))
+    copies = L.copy_digests(log, kept)
+    # no offset with several copies (the usual case): no scan of the payloads for digests
+    copies = checkpoint(copies) if not kept.where(F.col("_n") > 1).isEmpty() else copies.limit(0)
     recs = _records_stream(L.applied_records(log, copies, batches, starts, spans).select(*cols), MAIN)  # split and cut per domain
 
     if has_loads is None:

@@ -55,6 +55,7 @@ NO_OP = 20
 _MARKERS = (BEGIN_TRANSACTION, END_TRANSACTION, ABORT_TRANSACTION)
 BUCKET = 1_000_000  # == ingest's OFFSET_BUCKET_SIZE; replay derives buckets itself from offsets
 _BATCH = ["batch_base_offset", "batch_last_offset", "batch_leader_epoch"]
+_KEY = ["_base", "_last", "_epoch"]  # the same, as _with_batch_key names them on log rows
 
 
 def _bucket(offset: Column) -> Column:
@@ -140,21 +141,25 @@ def mark_divergent(batches: DataFrame) -> DataFrame:
 
 
 def _with_batch_key(log: DataFrame) -> DataFrame:
-    return (log.withColumn("_base", F.coalesce(F.col("batch_base_offset").cast("long"), F.col("offset")))
+    return (log.withColumn("offset", F.col("offset").cast("long"))
+            .withColumn("_base", F.coalesce(F.col("batch_base_offset").cast("long"), F.col("offset")))
             .withColumn("_last", F.coalesce(F.col("batch_last_offset").cast("long"), F.col("offset")))
             .withColumn("_epoch", F.coalesce(F.col("batch_leader_epoch").cast("int"), F.lit(-1))))
 
 
-def _divergent_keys(batches: DataFrame) -> DataFrame:
-    return batches.where(F.col("divergent")).select(
-        "cluster_id", F.col("batch_base_offset").alias("_base"), F.col("batch_last_offset").alias("_last"),
-        F.col("batch_leader_epoch").alias("_epoch"))
+def _divergent_join(df: DataFrame, batches: DataFrame, keys: list[str], how: str) -> DataFrame:
+    """``df`` without (``how="left_anti"``) or with only (``"left_semi"``) the rows of divergent
+    batches; ``keys``: its batch base, last offset and epoch columns. A broadcast join: divergent
+    batches are few."""
+    bad = batches.where(F.col("divergent")).select("cluster_id", *[F.col(b).alias(k) for b, k in zip(_BATCH, keys)])
+    return df.join(F.broadcast(bad), ["cluster_id", *keys], how)
+
 
 
 def divergent_quarantine(log: DataFrame, batches: DataFrame) -> DataFrame:
     """Facts §5.1: the data records of divergent batches as ``ingest_quarantine`` rows with reason
     code ``DIVERGENT_UNCOMMITTED`` (``length``/``raw`` null: found from rows, not bytes)."""
-    q = _with_batch_key(log).join(F.broadcast(_divergent_keys(batches)), ["cluster_id", "_base", "_last", "_epoch"], "left_semi")
+    q = _divergent_join(_with_batch_key(log), batches, _KEY, "left_semi")
     return q.select(
         "cluster_id", "source_file", "source_position", _null("long").alias("length"), "offset",
         _null("long").alias("records"), F.lit("DIVERGENT_UNCOMMITTED").alias("reason_code"),
@@ -176,15 +181,15 @@ def kept_records(log: DataFrame, batches: DataFrame) -> DataFrame:
     ``_n`` (the copies of its offset). Callers keep ``_copy = 1``; the payloads are read once, by
     :func:`applied_records`, and only the (few) offsets with several copies are compared
     (:func:`copy_digests`)."""
-    nd = _with_batch_key(log).join(F.broadcast(_divergent_keys(batches)), ["cluster_id", "_base", "_last", "_epoch"], "left_anti")
-    nd = nd.select("cluster_id", F.col("offset").cast("long").alias("offset"), "api_key", "record_type", "append_time",
+    nd = _divergent_join(_with_batch_key(log), batches, _KEY, "left_anti")
+    nd = nd.select("cluster_id", "offset", "api_key", "record_type", "append_time",
                    "source_file", "source_position", "_base", "_last", "_epoch")
     w = Window.partitionBy("cluster_id", "offset").orderBy(F.col("_epoch").desc(), "source_file", "source_position")
     whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     return nd.select("*", F.row_number().over(w).alias("_copy"), F.count(F.lit(1)).over(whole).alias("_n"))
 
 
-_COPY_KEY = ["cluster_id", "offset", "source_file", "source_position", "_base", "_last", "_epoch"]
+_COPY_KEY = ["cluster_id", "offset", "source_file", "source_position", *_KEY]
 
 
 def _digest(log: DataFrame) -> Column:
@@ -197,8 +202,7 @@ def copy_digests(log: DataFrame, kept: DataFrame) -> DataFrame:
     payload): ``_copy``, ``_digest``, ``_differs`` (not identical to the kept copy) and
     ``_kept_type`` / ``_kept_file`` (the kept copy's, for the conflict message)."""
     multi = kept.where(F.col("_n") > 1).select(*_COPY_KEY, "_copy", "record_type")
-    lg = _with_batch_key(log).withColumn("offset", F.col("offset").cast("long"))
-    d = lg.join(F.broadcast(multi.select(*_COPY_KEY)), _COPY_KEY, "left_semi").select(*_COPY_KEY, _digest(log).alias("_digest"))
+    d = _with_batch_key(log).join(F.broadcast(multi.select(*_COPY_KEY)), _COPY_KEY, "left_semi").select(*_COPY_KEY, _digest(log).alias("_digest"))
     m = multi.join(d, _COPY_KEY)
     w = Window.partitionBy("cluster_id", "offset").orderBy("_copy")
     whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
@@ -267,8 +271,7 @@ def replay_starts(positions: DataFrame, batches: DataFrame, usable: DataFrame, c
     """Where replay starts, per cluster (docs/design.md; facts §4.2, §5.1): ``first_offset``,
     ``last_offset`` (non-divergent data and control offsets), ``start_snapshot_end_offset`` /
     ``_epoch`` and ``replay_start_offset`` (the start snapshot's END, else the first offset, else 0)."""
-    bad = batches.where(F.col("divergent")).select("cluster_id", *_BATCH)
-    present = positions.join(F.broadcast(bad), ["cluster_id", *_BATCH], "left_anti")  # divergent batches are few
+    present = _divergent_join(positions, batches, _BATCH, "left_anti")
     span = present.groupBy("cluster_id").agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"))
     c = clusters.join(span, "cluster_id", "left")
     u = usable.select("cluster_id", F.col("snapshot_end_offset").alias("_end"), F.col("snapshot_epoch").alias("_epoch"))
@@ -304,8 +307,7 @@ def offset_gaps(positions: DataFrame, batches: DataFrame, starts: DataFrame, usa
     offsets count as present), each with the newest usable snapshot ending inside it
     (``resync_end`` / ``resync_epoch``: gap_lo < END <= gap_hi), which replay loads there."""
     # copies of an offset need no distinct: the second's previous offset is its own (no gap)
-    bad = batches.where(F.col("divergent")).select("cluster_id", *_BATCH)
-    present = (positions.join(F.broadcast(bad), ["cluster_id", *_BATCH], "left_anti").select("cluster_id", "offset")
+    present = (_divergent_join(positions, batches, _BATCH, "left_anti").select("cluster_id", "offset")
                .join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
                .where(F.col("offset") >= F.col("replay_start_offset")))
     prev = _scan(present, ["offset"], "offset", "offset", "_prev", before=True)
@@ -428,8 +430,7 @@ def applied_records(log: DataFrame, copies: DataFrame, batches: DataFrame, start
     nor NoOps, outside aborted and still-open transactions. The bronze rows are filtered with
     broadcast joins only (no shuffle of the payloads)."""
     losers = copies.where(F.col("_copy") > 1).select(*[F.col(c).alias("_l" + c) for c in _COPY_KEY], "_digest")
-    lg = _with_batch_key(log).withColumn("offset", F.col("offset").cast("long"))
-    k = lg.join(F.broadcast(_divergent_keys(batches)), ["cluster_id", "_base", "_last", "_epoch"], "left_anti")
+    k = _divergent_join(_with_batch_key(log), batches, _KEY, "left_anti")
     k = k.where(~F.col("api_key").isin(*_MARKERS, NO_OP))
     same = [F.col(c) == F.col("_l" + c) for c in _COPY_KEY]
     cond = same[0]
@@ -445,7 +446,7 @@ def applied_records(log: DataFrame, copies: DataFrame, batches: DataFrame, start
     j = j.where(F.col("_s_outcome").isNull() | (F.col("_s_outcome") == "COMMITTED"))
     return (j.withColumn("_vis", F.coalesce(F.col("_s_visible_offset"), F.col("offset")))
             .withColumn("_vtime", F.coalesce(F.col("_s_visible_time"), F.col("append_time")))
-            .drop(*[c for c in j.columns if c.startswith("_s_")], "replay_start_offset", "_base", "_last", "_epoch"))
+            .drop(*[c for c in j.columns if c.startswith("_s_")], "replay_start_offset", *_KEY))
 
 
 # ---------------------------------------------------------------------------------------------

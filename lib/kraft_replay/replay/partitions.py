@@ -242,9 +242,8 @@ def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
     (real logs: none) are redone by a fixpoint over DataFrame passes, each marking the first
     mismatching change of a segment as failed. The result is computed once (lineage cut)."""
     spark = ev.sparkSession
-    keep_cols = [c for c in ev.columns if not c.startswith("r_") or c in ("r_lrs", "r_leader")]
     first = _carry(ev.withColumn("_failed", F.lit(False)))
-    first = first.select(*keep_cols, *[c for c in first.columns if c not in ev.columns]).localCheckpoint(eager=False)
+    first = first.drop(*[c for c in ev.columns if c.startswith("r_")]).localCheckpoint(eager=False)
     bad = first.where(F.col("_mismatch")).select(*STREAM, *KEY).distinct().localCheckpoint(eager=False)
     if bad.isEmpty():
         return first, spark.createDataFrame([], _FAILED_SCHEMA)
