@@ -4,7 +4,8 @@ Spark, and the sequential oracle producing the same tables from the same rows, i
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/replay.py [--scenario medium] [--cut 1000000]
         [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
 
-The scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
+The Spark replay runs in a child process (its JVM is gone before the oracle runs: at 10M records the
+oracle's own tables take most of the machine's memory). The scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
 ``--data-dir``. ``--cut N`` replays only offsets < N. Prints Spark wall time (plan + every silver
 table computed and written to a fresh lake, as ``kraft-replay replay`` does), records/s, peak RSS of
 the process tree (driver JVM + Python workers, sampled from /proc), the oracle's wall time on the
@@ -15,6 +16,7 @@ the oracle at 10M records; 100M records (``large``) in < 10 min with peak RSS < 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -82,18 +84,9 @@ def bronze_lake(data_dir: Path, scenario: str) -> Path:
     return lake
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default="medium")
-    ap.add_argument("--cut", type=int, default=None, help="replay only offsets < N")
-    ap.add_argument("--no-oracle", action="store_true")
-    ap.add_argument("--profile", default="local")
-    ap.add_argument("--driver-memory", default="8g")
-    ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "kraft-replay-bench-replay")
-    args = ap.parse_args()
-    args.data_dir.mkdir(parents=True, exist_ok=True)
-    src = bronze_lake(args.data_dir, args.scenario)
-
+def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
+    """Copy the (cut) bronze tables into ``out_root`` and replay them there with Spark; returns the
+    figures. Runs in a child process so that its JVM is gone before the oracle runs."""
     from pyspark.sql import functions as F
 
     from kraft_replay.lake import Lake
@@ -102,37 +95,74 @@ def main() -> int:
 
     spark = get_spark(args.profile, **{"spark.driver.memory": args.driver_memory})
     bronze = Lake(str(src), spark, backend="deltars")
+    out = Lake(str(out_root), spark, backend="deltars")
+    cut = (lambda df: df.where(F.col("offset") < args.cut)) if args.cut else (lambda df: df)
+    for t in ("metadata_log", "metadata_control", "snapshot_records"):
+        df = bronze.read(t)
+        if t != "snapshot_records":
+            df = cut(df)
+        if t == "snapshot_records" and args.cut:
+            df = df.where(F.col("snapshot_end_offset") <= args.cut)
+        out.create_table(t, df.schema, partition_by=["cluster_id"])
+        out.overwrite(t, df)
+    records = out.read("metadata_log").count()
+    print(f"replaying {records:,} records of scenario {args.scenario}" + (f" (offsets < {args.cut:,})" if args.cut else ""),
+          flush=True)
+    with PeakRss() as rss:
+        t = time.perf_counter()
+        summary = run_replay(spark, out, say=lambda line: print(line, flush=True))
+        spark_s = time.perf_counter() - t
+    for line in summary.lines():
+        print(line)
+    spark.stop()
+    return {"records": records, "spark_s": spark_s, "rss": rss.peak}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="medium")
+    ap.add_argument("--cut", type=int, default=None, help="replay only offsets < N")
+    ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--profile", default="local")
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "kraft-replay-bench-replay")
+    ap.add_argument("--spark-phase", type=Path, default=None, help=argparse.SUPPRESS)  # internal: the child
+    args = ap.parse_args()
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    src = bronze_lake(args.data_dir, args.scenario)
+    if args.spark_phase is not None:
+        print("RESULT " + json.dumps(spark_phase(args, src, args.spark_phase)), flush=True)
+        return 0
+
     out_root = Path(tempfile.mkdtemp(prefix="kraft-bench-replay-"))
     try:
-        out = Lake(str(out_root), spark, backend="deltars")
-        cut = (lambda df: df.where(F.col("offset") < args.cut)) if args.cut else (lambda df: df)
-        for t in ("metadata_log", "metadata_control", "snapshot_records"):
-            df = bronze.read(t)
-            if t != "snapshot_records":
-                df = cut(df)
-            if t == "snapshot_records" and args.cut:
-                df = df.where(F.col("snapshot_end_offset") <= args.cut)
-            out.create_table(t, df.schema, partition_by=["cluster_id"])
-            out.overwrite(t, df)
-        records = out.read("metadata_log").count()
-        print(f"replaying {records:,} records of scenario {args.scenario}" + (f" (offsets < {args.cut:,})" if args.cut else ""),
-              flush=True)
-        with PeakRss() as rss:
-            t = time.perf_counter()
-            summary = run_replay(spark, out, say=lambda line: print(line, flush=True))
-            spark_s = time.perf_counter() - t
-        for line in summary.lines():
-            print(line)
-        print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {rss.peak / 2**30:.2f} GiB")
+        child = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--spark-phase", str(out_root)],
+                                 stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        result = None
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT "):])
+            else:
+                print(line, end="", flush=True)
+        if child.wait() != 0 or result is None:
+            print(f"the Spark phase failed (exit {child.returncode})", file=sys.stderr)
+            return 1
+        records, spark_s = result["records"], result["spark_s"]
+        print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {result['rss'] / 2**30:.2f} GiB")
         if not args.no_oracle:
             sys.path.insert(0, str(ROOT / "tests" / "oracle"))
+            from deltalake import DeltaTable
             from replay_oracle import replay
 
-            tabs = [out.read(t).toArrow() for t in ("metadata_log", "metadata_control", "snapshot_records")]
-            t = time.perf_counter()
-            replay(*tabs)
-            oracle_s = time.perf_counter() - t
-            print(f"oracle: {oracle_s:.1f}s, {records / oracle_s:,.0f} records/s; spark is {oracle_s / spark_s:.2f}x the oracle")
+            tabs = [DeltaTable(str(out_root / t)).to_pyarrow_table()
+                    for t in ("metadata_log", "metadata_control", "snapshot_records")]
+            with PeakRss() as rss:
+                t = time.perf_counter()
+                replay(*tabs)
+                oracle_s = time.perf_counter() - t
+            print(f"oracle: {oracle_s:.1f}s, {records / oracle_s:,.0f} records/s, peak RSS {rss.peak / 2**30:.2f} GiB; "
+                  f"spark is {oracle_s / spark_s:.2f}x the oracle")
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     return 0

@@ -124,6 +124,7 @@ def test_lake_errors_are_one_line_with_exit_2(spark, tmp_path, capsys):
     ["tables", "--lake", "L", "--profile", "test", "--backend", "deltars"],
     ["--lake", "other", "tables", "--lake", "L", "--profile", "test", "--backend", "deltars"],
     ["--profile", "test", "ingest", "x.log", "--lake", "L", "--backend", "deltars"],
+    ["ingest-metrics", "x.prom", "--lake", "L", "--profile", "test", "--backend", "deltars"],
     ["--backend", "deltars", "demo", "--lake", "L", "--profile", "test"],
 ])
 def test_global_options_before_or_after_the_subcommand(argv):

@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import replay_scenarios as scenarios  # noqa: E402
 from replay_oracle import replay  # noqa: E402
 
+from kraft_replay.ingest import metrics as M  # noqa: E402
+from kraft_replay.ingest.schemas import BROKER_PROGRESS_SCHEMA  # noqa: E402
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
 from kraft_replay.ingest.tables import ensure_bronze_tables  # noqa: E402
 from kraft_replay.lake import Lake  # noqa: E402
@@ -45,11 +47,26 @@ def _write_bronze(spark, lake: Lake, names: list[str]) -> tuple[pa.Table, pa.Tab
     return log, ctl, snap
 
 
+T0 = 1_795_514_400_000
+PROGRESS = [("divergent", M.Sample(1, T0 + i * 1000, off, T0 + i * 1000 - 40, "s", i)) for i, off in enumerate((3, 3, 7, 9))] + [
+    ("other", M.Sample(5, T0, 1, T0 - 40, "s", 9))]  # a cluster not in the log: not replayed
+
+
+def _write_progress(spark, lake: Lake) -> None:
+    from kraft_replay.ingest.tables import spark_schema
+
+    lake.create_table("broker_progress", spark_schema(BROKER_PROGRESS_SCHEMA), partition_by=["cluster_id"])
+    for cid in ("divergent", "other"):
+        t = M.samples_table(cid, [s for c, s in PROGRESS if c == cid])
+        lake.append("broker_progress", scenarios.arrow_df(spark, t))
+
+
 @pytest.fixture(scope="module")
 def replayed(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("lake")
     lake = Lake(str(root), spark, backend="deltars")
     log, ctl, snap = _write_bronze(spark, lake, CLUSTERS)
+    _write_progress(spark, lake)
     lines: list[str] = []
     summary = run_replay(spark, lake, say=lines.append, image_at=[IMAGE_AT])
     return lake, summary, lines, replay(log, ctl, snap)
@@ -69,6 +86,17 @@ def test_run_replay_writes_every_silver_table(replayed) -> None:
     assert "snap_at_gap: offsets 0..21" in text
     assert "anomalies: " + ", ".join(f"{k} {v}" for k, v in sorted(want.items())) in text
     assert any(line.startswith("  partitions: ") for line in lines)  # progress lines
+
+
+def test_broker_applied_from_the_progress_of_replayed_clusters(replayed) -> None:
+    from kraft_replay.replay.broker_applied import broker_applied
+
+    lake, summary, lines, _ = replayed
+    got = lake.read("broker_applied")
+    assert summary.rows["broker_applied"] == got.count() == 3 and any(x.startswith("  broker_applied: ") for x in lines)
+    assert [(r.applied_offset, r.samples) for r in got.orderBy("from_time").collect()] == [(3, 2), (7, 1), (9, 1)]
+    want = broker_applied(lake.read("broker_progress").where("cluster_id = 'divergent'"))
+    assert sorted(map(tuple, got.collect())) == sorted(map(tuple, want.collect()))
 
 
 def test_divergent_copies_join_the_quarantine_without_touching_the_rest(replayed) -> None:
@@ -133,6 +161,25 @@ def test_image_cli_json_and_table(replayed, capsys) -> None:
     code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "nope", "--offset", "3"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "has not been replayed" in err
+
+
+def test_image_of_a_broker_cache_at_a_time(replayed, capsys) -> None:
+    """A broker's cache at T: the image at the offset its broker_applied interval holds at T."""
+    lake, _, _, oracle = replayed
+    at = "2026-11-24T10:00:02.500Z"  # between the samples at +2 s (offset 7) and +3 s (offset 9)
+    code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "divergent", "--broker", "1",
+                 "--time", at, "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and (doc.pop("broker_id"), doc.pop("time")) == (1, "2026-11-24T10:00:02.500000+00:00")
+    assert doc == oracle.image_at(7, "divergent")
+    d = next(t for t in VERSIONED_TABLES if isinstance(doc.get(t), list) and doc[t])  # a domain with entities then
+    got = image(lake, "divergent", time=at, broker=1, domains=[d])[d].collect()
+    assert len(got) == len(doc[d]) > 0 and {r.image_offset for r in got} == {7}
+    for argv, msg in ((["--time", "2026-11-24T09:00:00Z"], "broker 1 has no applied-offset sample at or before"),
+                      ([], "--broker B needs --time T")):
+        code = main(["--profile", "test", "image", "--lake", lake.root, "--cluster-id", "divergent", "--broker", "1", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and msg in err, err
 
 
 def test_image_cli_diff_between_two_offsets(replayed, capsys) -> None:

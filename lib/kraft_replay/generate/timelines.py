@@ -21,13 +21,14 @@ import math
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from kraft_replay.generate.ddl import schema
+from kraft_replay.ingest.schemas import BROKER_PROGRESS_SCHEMA as _BROKER_PROGRESS_ARROW
+from kraft_replay.ingest.tables import spark_schema
 
 from kraft_replay.generate.locate import locate
 from kraft_replay.generate.plan import Plan
 
-BROKER_PROGRESS_SCHEMA = schema(
-    "cluster_id string, broker_id int, observed_at timestamp, applied_offset long, applied_record_time timestamp")
+#: The bronze contract (owned by ingest, which also fills the table from real metrics).
+BROKER_PROGRESS_SCHEMA = spark_schema(_BROKER_PROGRESS_ARROW)
 
 
 def unit_hash(seed: int, *cols: Column | str) -> Column:

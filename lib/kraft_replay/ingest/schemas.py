@@ -22,6 +22,10 @@ __all__ = [
     "SNAPSHOT_SCHEMA",
     "QUARANTINE_SCHEMA",
     "FILES_SCHEMA",
+    "BROKER_PROGRESS_SCHEMA",
+    "QUORUM_REPLICATION_SCHEMA",
+    "METRICS_QUARANTINE_SCHEMA",
+    "METRICS_TABLES",
     "BRONZE_SCHEMAS",
     "OFFSET_BUCKET_SIZE",
     "TIMESTAMP",
@@ -112,6 +116,49 @@ FILES_SCHEMA = pa.schema([
     pa.field("ingested_at", TIMESTAMP),
     pa.field("run_id", pa.string()),
 ])
+
+#: Samples of each broker's ``last-applied-record-offset`` / ``-timestamp`` (facts §9.1): the offset
+#: of the newest image the broker published (-1: none yet) and that image's log time (null when -1).
+BROKER_PROGRESS_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("broker_id", pa.int32()),
+    pa.field("observed_at", TIMESTAMP),
+    pa.field("applied_offset", pa.int64()),
+    pa.field("applied_record_time", TIMESTAMP),
+])
+
+#: ``kafka-metadata-quorum describe --replication`` captures: each replica's fetch position in the
+#: metadata log (not its applied image). Timestamps null where the tool printed -1.
+QUORUM_REPLICATION_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("observed_at", TIMESTAMP),
+    pa.field("node_id", pa.int32()),
+    pa.field("directory_id", pa.string()),
+    pa.field("log_end_offset", pa.int64()),
+    pa.field("lag", pa.int64()),
+    pa.field("last_fetch_time", TIMESTAMP),
+    pa.field("last_caught_up_time", TIMESTAMP),
+    pa.field("status", pa.string()),
+    pa.field("source", pa.string()),
+])
+
+#: Metric lines and samples not taken by ``ingest-metrics``, with the reason.
+METRICS_QUARANTINE_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("source", pa.string()),
+    pa.field("line", pa.int64()),
+    pa.field("reason_code", pa.string()),
+    pa.field("reason", pa.string()),
+    pa.field("text", pa.string()),
+    pa.field("ingested_at", TIMESTAMP),
+])
+
+#: The tables ``kraft-replay ingest-metrics`` writes, and the keys a re-ingested sample replaces.
+METRICS_TABLES: dict[str, tuple[pa.Schema, list[str]]] = {
+    "broker_progress": (BROKER_PROGRESS_SCHEMA, ["cluster_id", "broker_id", "observed_at"]),
+    "quorum_replication": (QUORUM_REPLICATION_SCHEMA, ["cluster_id", "observed_at", "node_id"]),
+    "metrics_quarantine": (METRICS_QUARANTINE_SCHEMA, ["cluster_id", "source", "line", "reason_code"]),
+}
 
 BRONZE_SCHEMAS: dict[str, pa.Schema] = {
     "metadata_log": LOG_SCHEMA,

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 
-__all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "image", "image_frames", "image_json",
+__all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "broker_offset", "image", "image_frames", "image_json",
            "register_as_of_views", "entity_columns", "image_diff", "image_snapshots", "metadata_version_changes"]
 
 #: the image's domains (the versioned tables)
@@ -160,15 +160,43 @@ def resolve_offset(lake, cluster_id: str, offset: int | None = None, time: Any =
     return int(offset)
 
 
+def broker_offset(lake, cluster_id: str, broker: int, time: Any) -> int:  # noqa: ANN001 - a Lake
+    """The offset of broker ``broker``'s cache at ``time``: the applied offset of its
+    ``broker_applied`` interval holding ``time`` (facts §9.1: the lastContainedOffset of the image it
+    had published). An :class:`ImageError` when the lake has no ``broker_applied``, the broker has no
+    sample at or before ``time``, or ``time`` falls in a ``NO_SAMPLES`` interval (down: unknown)."""
+    if not lake.exists("broker_applied"):
+        raise ImageError(f"lake {lake.root}: table broker_applied is missing: ingest broker metrics "
+                         f"(`kraft-replay ingest-metrics ... --lake {lake.root}`), then `kraft-replay replay`")
+    at = _ts(time)
+    rows = (lake.read("broker_applied").where(
+        (F.col("cluster_id") == cluster_id) & (F.col("broker_id") == broker) & (F.col("from_time") <= F.lit(at))
+        & (F.col("to_time").isNull() | (F.lit(at) < F.col("to_time")))).collect())
+    if not rows:
+        raise ImageError(f"cluster {cluster_id!r}: broker {broker} has no applied-offset sample at or before "
+                         f"{at.isoformat()} (see broker_applied)")
+    r = rows[0]
+    if r["state"] != "APPLIED":
+        raise ImageError(f"cluster {cluster_id!r}: broker {broker} was not sampled from {r['from_time'].isoformat()} to "
+                         f"{r['to_time'].isoformat()} (down or not scraped): its cache at {at.isoformat()} is unknown")
+    return int(r["applied_offset"])
+
+
 def image(lake, cluster_id: str, offset: int | None = None, time: Any = None,  # noqa: ANN001 - a Lake
-          domains: Iterable[str] | None = None) -> dict[str, DataFrame]:
+          domains: Iterable[str] | None = None, broker: int | None = None) -> dict[str, DataFrame]:
     """``{table: DataFrame}``: the entities of each domain (key columns and fields) of ``cluster_id``'s
-    image as of ``offset`` / ``time`` (see :func:`resolve_offset`); ``domains``: a subset of
-    :data:`DOMAINS`. The offset used is in each DataFrame's ``image_offset`` column too."""
+    image as of ``offset`` / ``time`` (see :func:`resolve_offset`) — or, with ``broker``, broker
+    ``broker``'s cache at ``time`` (:func:`broker_offset`: the image at its applied offset then);
+    ``domains``: a subset of :data:`DOMAINS`. The offset used is in each DataFrame's
+    ``image_offset`` column too."""
     names = list(domains or DOMAINS)
     unknown = [d for d in names if d not in DOMAINS]
     if unknown:
         raise ImageError(f"unknown domain {unknown[0]!r}; domains: {', '.join(DOMAINS)}")
+    if broker is not None:
+        if time is None or offset is not None:
+            raise ImageError("a broker's cache is asked for at a time: give --time T with --broker, not --offset")
+        offset, time = broker_offset(lake, cluster_id, broker, time), None
     at = resolve_offset(lake, cluster_id, offset, time)
     where = f"cluster_id = '{cluster_id.replace(chr(39), chr(39) * 2)}'"
     return image_frames({d: lake.read(d, where=where) for d in names}, cluster_id, at)

@@ -23,13 +23,17 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.replay.engine import ReplayTables, cut, replay_tables
 from kraft_replay.replay.images import image_snapshots
-from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES
+from kraft_replay.replay.broker_applied import broker_applied
+from kraft_replay.replay.schemas import (
+    BROKER_APPLIED, BROKER_APPLIED_SCHEMA, IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES,
+)
 from kraft_replay.replay.versioning import spark_schema
 
 __all__ = ["ReplayError", "ReplaySummary", "run_replay", "QUARANTINE", "BRONZE_INPUTS"]
 
 BRONZE_INPUTS = ("metadata_log", "metadata_control", "snapshot_records")
 QUARANTINE = "ingest_quarantine"
+PROGRESS = "broker_progress"
 
 
 class ReplayError(Exception):
@@ -123,7 +127,8 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
     write_q = lake.exists(QUARANTINE) and (
         summary.quarantined > 0
         or not lake.read(QUARANTINE, where=where).where(F.col("reason_code") == "DIVERGENT_UNCOMMITTED").isEmpty())
-    tables = [*SILVER_TABLES, IMAGE_SNAPSHOTS] + ([QUARANTINE] if write_q else [])
+    progress = lake.exists(PROGRESS)
+    tables = [*SILVER_TABLES, IMAGE_SNAPSHOTS] + ([BROKER_APPLIED] if progress else []) + ([QUARANTINE] if write_q else [])
     lake.start_run(run_id, tables)
     try:
         for name, spec in SILVER_TABLES.items():
@@ -139,6 +144,12 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
         r = lake.overwrite(IMAGE_SNAPSHOTS, snaps, replace_where=where)
         summary.rows[IMAGE_SNAPSHOTS] = r.rows
         say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
+        if progress:
+            lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
+            applied = broker_applied(lake.read(PROGRESS, where=where))
+            r = lake.overwrite(BROKER_APPLIED, applied.select(*BROKER_APPLIED_SCHEMA.names), replace_where=where)
+            summary.rows[BROKER_APPLIED] = r.rows
+            say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
         if write_q:
             old = (lake.read(QUARANTINE, where=where).where(F.col("reason_code") != "DIVERGENT_UNCOMMITTED")
                    .localCheckpoint(eager=True))

@@ -300,6 +300,23 @@ IMAGE_SNAPSHOTS_SCHEMA = pa.schema([
 ])
 VERSIONED_TABLES: tuple[str, ...] = tuple(t.name for t in _TABLES if t.versioned)
 
+#: ``broker_applied`` (:mod:`kraft_replay.replay.broker_applied`): each broker's sampled applied
+#: offset as intervals ``[from_time, to_time)`` (null: the latest), ``state`` ``APPLIED`` |
+#: ``NO_SAMPLES``, ``samples`` merged, ``restarted``. Written by the batch replay when the lake holds
+#: ``broker_progress``.
+BROKER_APPLIED = "broker_applied"
+BROKER_APPLIED_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("broker_id", pa.int32()),
+    pa.field("from_time", TIMESTAMP),
+    pa.field("to_time", TIMESTAMP),
+    pa.field("state", pa.string()),
+    pa.field("applied_offset", pa.int64()),
+    pa.field("applied_record_time", TIMESTAMP),
+    pa.field("samples", pa.int64()),
+    pa.field("restarted", pa.bool_()),
+])
+
 
 def silver_schema(name: str) -> pa.Schema:
     """The Arrow schema of silver table ``name`` (a ``KeyError`` names the known tables)."""

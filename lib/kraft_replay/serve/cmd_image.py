@@ -31,6 +31,7 @@ EPILOG = """examples:
   kraft-replay image --lake /tmp/lake --cluster-id MkU3OEVBNTcwNTJENDM2Qg --time 2024-05-01T10:00:00Z \\
       --domain partitions --domain brokers
   kraft-replay image --lake /tmp/lake --cluster-id MkU3OEVBNTcwNTJENDM2Qg --offset 7751 --diff-to 14925 --format json
+  kraft-replay image --lake /tmp/lake --cluster-id MkU3OEVBNTcwNTJENDM2Qg --broker 3 --time 2024-05-01T10:00:00Z
 """
 
 
@@ -50,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--time", default=None, metavar="T",
                    help="ISO-8601 time (e.g. 2024-05-01T10:00:00Z; no zone = UTC): the image after the last batch "
                         "appended at or before it")
+    p.add_argument("--broker", type=int, default=None, metavar="B",
+                   help="with --time: broker B's cache then, the image at the offset it had applied (broker_applied, "
+                        "from ingested broker metrics)")
     p.add_argument("--domain", action="append", default=None, choices=VERSIONED_TABLES, metavar="D",
                    help=f"only this domain (repeatable): {', '.join(VERSIONED_TABLES)}")
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
@@ -104,11 +108,12 @@ def _print_table(name: str, rows: list[dict[str, Any]]) -> None:
         print("  " + "  ".join(v.ljust(w) for v, w in zip(x, widths)).rstrip())
 
 
-HEADER_KEYS = ("cluster_id", "offset", "metadata_version", "metadata_version_level")
+HEADER_KEYS = ("cluster_id", "offset", "metadata_version", "metadata_version_level", "broker_id", "time")
 
 
 def _print_image(doc: dict[str, Any]) -> None:
-    print(f"cluster {doc['cluster_id']} as of offset {doc['offset']}: metadata.version "
+    who = f"broker {doc['broker_id']}'s cache at {doc['time']}: " if "broker_id" in doc else ""
+    print(f"{who}cluster {doc['cluster_id']} as of offset {doc['offset']}: metadata.version "
           f"{doc.get('metadata_version')} (level {doc.get('metadata_version_level')})")
     for k, v in doc.items():
         if k in HEADER_KEYS:
@@ -147,11 +152,13 @@ def _dump(obj: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.broker is not None and (args.time is None or args.offset is not None):
+        raise _user_error("--broker B needs --time T (a broker's cache at a time), not --offset")
     if args.offset is None and args.time is None:
         raise _user_error("give --offset O or --time T (the image as of an offset, or as of an ISO-8601 time)")
     at_time = parse_time(args.time) if args.time is not None else None  # checked before Spark starts
 
-    from kraft_replay.replay.images import ImageError, image, image_diff, image_json, resolve_offset
+    from kraft_replay.replay.images import ImageError, broker_offset, image, image_diff, image_json, resolve_offset
     from kraft_replay.serve.common import open_lake
 
     _spark, lake = open_lake(args)
@@ -160,8 +167,13 @@ def run(args: argparse.Namespace) -> int:
     if domains is not None and "features" not in domains:
         domains = [*domains, "features"]  # metadata.version comes from the features domain
     try:
-        offset = resolve_offset(lake, args.cluster_id, offset=args.offset, time=at_time)
+        if args.broker is not None:
+            offset = broker_offset(lake, args.cluster_id, args.broker, at_time)
+        offset = resolve_offset(lake, args.cluster_id, offset=offset if args.broker is not None else args.offset,
+                                time=None if args.broker is not None else at_time)
         doc = image_json(image(lake, args.cluster_id, offset=offset, domains=domains), args.cluster_id, offset)
+        if args.broker is not None:
+            doc = {"cluster_id": doc["cluster_id"], "broker_id": args.broker, "time": at_time.isoformat(), **doc}
         other = None
         if args.diff_to is not None:
             other = image_json(image(lake, args.cluster_id, offset=args.diff_to, domains=domains), args.cluster_id,

@@ -1,0 +1,220 @@
+"""``kraft-replay ingest-metrics``: metric files and live endpoints into ``broker_progress``,
+``quorum_replication`` and ``metrics_quarantine`` (parsing in :mod:`kraft_replay.ingest.metrics`).
+
+Every poll is one run of the lake (``Lake.start_run`` … ``Lake.publish``): its rows become visible
+together or not at all, and a killed run is rolled back by the next. Rows are merged on their keys
+(``broker_progress``: cluster, broker, observed time; ``quorum_replication``: cluster, observed
+time, node; ``metrics_quarantine``: cluster, source, line, reason), so ingesting a file twice adds
+nothing. Sample times come from the samples (Prometheus timestamps, query_range points, the CSV/JSON
+columns, a capture-time line before a quorum table), else from the scrape: a file's modification
+time, an endpoint's fetch time.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from kraft_replay.ingest import metrics as M
+from kraft_replay.ingest.errors import IngestError
+from kraft_replay.ingest.schemas import METRICS_TABLES
+
+__all__ = ["MetricsSummary", "resolve_sources", "known_brokers", "ingest_metrics", "read_source"]
+
+REGISTER_BROKER = 0  # api key of RegisterBrokerRecord (facts §2.2)
+
+
+@dataclass
+class MetricsSummary:
+    cluster_id: str
+    polls: int = 0
+    samples: int = 0
+    quorum_rows: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    brokers_checked: bool = True
+    published: dict[str, int] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        rej = sum(self.rejected.values())
+        out = [f"ingest-metrics {self.cluster_id}: {self.polls} poll(s), {self.samples} broker_progress sample(s), "
+               f"{self.quorum_rows} quorum_replication row(s), {rej} quarantined"
+               + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())) + ")" if rej else "")]
+        if not self.brokers_checked:
+            out.append("  broker ids not checked: the lake holds no broker registration of this cluster (ingest its log first)")
+        if rej:
+            out.append("  quarantined lines: SELECT * FROM metrics_quarantine (source, line, reason_code, reason)")
+        return out
+
+
+def resolve_sources(items: list[str]) -> list[str]:
+    """URLs as given; files, directories (their files, sorted) and globs expanded. A missing path or
+    a glob matching nothing is an :class:`IngestError`."""
+    out: list[str] = []
+    for it in items:
+        if it.startswith(("http://", "https://")):
+            out.append(it)
+            continue
+        matches = sorted(glob.glob(it)) if any(c in it for c in "*?[") else [it]
+        if not matches:
+            raise IngestError(f"ingest-metrics: {it!r} matches no file")
+        for m in matches:
+            p = Path(m)
+            if p.is_dir():
+                files = sorted(str(f) for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+                if not files:
+                    raise IngestError(f"ingest-metrics: directory {m} holds no file")
+                out.extend(files)
+            elif p.is_file():
+                out.append(str(p))
+            else:
+                raise IngestError(f"ingest-metrics: no such file or directory: {m}")
+    return out
+
+
+def read_source(src: str, timeout: float = 10.0) -> tuple[str, int]:
+    """(text, scrape time in ms) of a file (its modification time) or a URL (now)."""
+    if src.startswith(("http://", "https://")):
+        t = int(time.time() * 1000)
+        try:
+            with urllib.request.urlopen(src, timeout=timeout) as r:  # noqa: S310 - user-given metrics endpoint
+                return r.read().decode("utf-8", errors="replace"), t
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise IngestError(f"ingest-metrics: cannot scrape {src}: {getattr(e, 'reason', e)}") from e
+    try:
+        data = Path(src).read_bytes()
+        return data.decode("utf-8", errors="replace"), int(os.stat(src).st_mtime * 1000)
+    except OSError as e:
+        raise IngestError(f"ingest-metrics: cannot read {src}: {e.strerror or e}") from e
+
+
+def known_brokers(lake, cluster_id: str) -> set[int] | None:  # noqa: ANN001 - kraft_replay.lake.Lake
+    """Broker ids registered in the cluster's bronze log or snapshots; None if it has none."""
+    from pyspark.sql import functions as F
+
+    ids: set[int] = set()
+    for t in ("metadata_log", "snapshot_records"):
+        if not lake.exists(t):
+            continue
+        df = lake.read(t)
+        if "register_broker" not in df.columns:
+            continue
+        rows = (df.where((F.col("cluster_id") == cluster_id) & (F.col("api_key") == REGISTER_BROKER))
+                .select(F.col("register_broker.broker_id").alias("b")).distinct().collect())
+        ids.update(int(r.b) for r in rows if r.b is not None)
+    return ids or None
+
+
+def _ensure_tables(lake) -> None:  # noqa: ANN001
+    from kraft_replay.ingest.tables import spark_schema
+
+    for name, (schema, _keys) in METRICS_TABLES.items():
+        if lake.exists(name):
+            have = set(lake.schema(name).fieldNames())
+            missing = [f.name for f in schema if f.name not in have]
+            if missing:
+                raise IngestError(f"table {name} in lake {lake.root} lacks column(s) {', '.join(missing)}: "
+                                  "it was made by another tool or version; move it aside and ingest again")
+    for name, (schema, _keys) in METRICS_TABLES.items():
+        lake.create_table(name, spark_schema(schema), partition_by=["cluster_id"])
+
+
+def _write(spark, lake, tables: dict[str, pa.Table], run_id: str) -> dict[str, int]:  # noqa: ANN001
+    """One run: merge each non-empty table on its keys, then publish all three together."""
+    from kraft_replay.ingest.tables import spark_schema
+
+    names = list(METRICS_TABLES)
+    lake.start_run(run_id, names)
+    try:
+        for name, tab in tables.items():
+            if tab.num_rows == 0:
+                continue
+            schema, keys = METRICS_TABLES[name]
+            df = spark.createDataFrame(tab.to_pandas(), schema=spark_schema(schema))
+            lake.merge(name, df, keys)
+        return lake.publish(names, run_id)
+    except BaseException:
+        lake.end_run()
+        raise
+
+
+def _series(source: str) -> str:
+    """The endpoint of one scrape's source label (``URL@time``); a file's path as it is."""
+    return source.rsplit("@", 1)[0] if source.startswith(("http://", "https://")) else source
+
+
+def ingest_metrics(spark, lake, sources: list[str], cluster_id: str, *, fmt: str | None = None,  # noqa: ANN001
+                   names: M.MetricNames = M.MetricNames(), broker_id: int | None = None, follow: bool = False,
+                   interval: float = 1.0, polls: int | None = None, say: Callable[[str], None] = lambda s: None,
+                   ) -> MetricsSummary:
+    """Read ``sources`` (files, directories, globs, ``http(s)://`` endpoints) once, or with
+    ``follow`` every ``interval`` seconds (endpoints scraped again, files re-read when their
+    modification time changes) until interrupted or ``polls`` polls. Returns the summary."""
+    if fmt is not None and fmt not in M.FORMATS:
+        raise IngestError(f"ingest-metrics: unknown --format {fmt!r}: one of {', '.join(M.FORMATS)}")
+    if interval <= 0:
+        raise IngestError(f"ingest-metrics: --interval must be > 0, got {interval}")
+    srcs = resolve_sources(sources)
+    _ensure_tables(lake)
+    known = known_brokers(lake, cluster_id)
+    summary = MetricsSummary(cluster_id, brokers_checked=known is not None)
+    last_seen: dict[tuple[str, int], int] = {}
+    mtimes: dict[str, int] = {}
+    sent: set[tuple] = set()  # what earlier polls took: a re-read file's old lines are not new
+    n = 0
+    while True:
+        started = time.monotonic()
+        parsed = M.Parsed()
+        for src in srcs:
+            try:
+                text, scraped = read_source(src)
+            except IngestError as e:
+                if not follow:
+                    raise
+                say(f"  {e} (retrying next poll)")
+                continue
+            if not src.startswith(("http://", "https://")):
+                if mtimes.get(src) == scraped:
+                    continue  # unchanged since the last poll
+                mtimes[src] = scraped
+                # a modified file is read whole again: its order is checked afresh (the merge keeps
+                # the samples already ingested once)
+                for key in [k for k in last_seen if k[0] == src]:
+                    del last_seen[key]
+            # a scrape of an endpoint is its own source (lines of different scrapes are different lines)
+            label = f"{src}@{M.iso(scraped)}" if src.startswith(("http://", "https://")) else src
+            kind = fmt or M.detect_format(text, src)
+            parsed.extend(M.parse(text, label, kind, cluster_id=cluster_id, observed_ms=scraped, names=names,
+                                  broker_id=broker_id))
+        kept, rejects = M.check_samples(parsed.samples, known, last_seen, series=_series)
+        kept = [k for k in kept if (k.source, k.broker_id, k.observed_ms) not in sent]  # a re-read file's old lines
+        sent.update((k.source, k.broker_id, k.observed_ms) for k in kept)
+        rejects = [r for r in parsed.rejects + rejects if ("r", r.source, r.line, r.reason_code) not in sent]
+        sent.update(("r", r.source, r.line, r.reason_code) for r in rejects)
+        parsed.quorum = [q for q in parsed.quorum if ("q", q.source, q.observed_ms, q.node_id) not in sent]
+        sent.update(("q", q.source, q.observed_ms, q.node_id) for q in parsed.quorum)
+        n += 1
+        if kept or parsed.quorum or rejects:
+            now = int(time.time() * 1000)
+            tables = {"broker_progress": M.samples_table(cluster_id, kept),
+                      "quorum_replication": M.quorum_table(cluster_id, parsed.quorum),
+                      "metrics_quarantine": M.rejects_table(cluster_id, rejects, now)}
+            summary.published = _write(spark, lake, tables, f"metrics-{uuid.uuid4().hex[:12]}")
+        summary.polls = n
+        summary.samples += len(kept)
+        summary.quorum_rows += len(parsed.quorum)
+        for r in rejects:
+            summary.rejected[r.reason_code] = summary.rejected.get(r.reason_code, 0) + 1
+        if follow:
+            say(f"  poll {n}: {len(kept)} sample(s), {len(parsed.quorum)} quorum row(s), {len(rejects)} quarantined")
+        if not follow or (polls is not None and n >= polls):
+            return summary
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))

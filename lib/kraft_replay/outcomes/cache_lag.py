@@ -1,0 +1,163 @@
+"""``cache_lag`` (gold): how far behind each broker's metadata cache was, second by second (KIP-500's
+model, seed 002: brokers pull the log and hold a cache at their own offset; facts §5.1, §9.1).
+
+Per sample of bronze ``broker_progress`` (:func:`sample_lag`):
+
+* ``log_end_offset``: the end of the replayed log at the sample's time — the largest last offset of
+  a log batch appended at or before it (``log_batches``; control batches count, §5.1);
+* ``offset_lag`` = ``log_end_offset`` − ``applied_offset`` (never below 0: a broker may be ahead of
+  the ingested log);
+* ``time_lag_ms``: the sample's time minus the append time of the oldest record the broker had not
+  applied (the batch holding ``applied_offset + 1``); 0 when it had applied everything appended by then;
+* ``stalled``: it lags and its applied offset has not moved for ``stall_after_s`` seconds or more;
+* ``registered`` / ``fenced``: its registration in the image at ``log_end_offset`` (``brokers``);
+* ``image_divergence``: its exposure to stale-leader routing — how many partitions' leader or leader
+  epoch in its cache (the image at ``applied_offset``) are not the image's at ``log_end_offset``:
+  partitions with a leader-affecting version (created, deleted, leader or leader epoch changed) in
+  ``(applied_offset, log_end_offset]`` (leader epochs only grow, so such a partition differs, a
+  re-created one included);
+  counted exactly as the changes whose previous leader-affecting change of the same partition is at or
+  before ``applied_offset`` (one per partition), with an equi-join on offset buckets, never a cross join.
+
+:func:`cache_lag` then groups the samples per broker and time bucket (``bucket_s``, 1 s by default):
+p50 / p99 / max of both lags, the last applied and log-end offsets, and whether any sample stalled.
+As-of lookups by time and by offset are window functions over the union of samples and batches (per
+cluster), so the batch and streaming jobs compute the same thing from the same frames.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+__all__ = ["sample_lag", "cache_lag", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
+
+STALL_AFTER_S = 2.0  # metadata normally applies within milliseconds: seconds without progress while lagging is a stall
+BUCKET_OFFSETS = 4096
+CACHE_LAG_COLUMNS = [
+    "cluster_id", "broker_id", "bucket_start", "samples", "applied_offset", "log_end_offset",
+    "offset_lag_p50", "offset_lag_p99", "offset_lag_max", "time_lag_ms_p50", "time_lag_ms_p99", "time_lag_ms_max",
+    "registered", "fenced", "stalled", "image_divergence",
+]
+_KEY = ["cluster_id", "broker_id"]
+
+
+def _us(c: Column) -> Column:
+    return F.unix_micros(c)
+
+
+def _log_end(samples: DataFrame, batches: DataFrame) -> DataFrame:
+    """``log_end_offset`` of each sample: the running max of batch last offsets over batches and
+    samples in time order (a batch appended at the sample's time counts)."""
+    b = batches.select("cluster_id", F.lit(None).cast("int").alias("broker_id"), _us(F.col("append_time")).alias("_t"),
+                       F.lit(0).alias("_k"), F.col("batch_last_offset").alias("_end"), F.lit(None).cast("long").alias("_sid"))
+    s = samples.select("cluster_id", "broker_id", _us(F.col("observed_at")).alias("_t"), F.lit(1).alias("_k"),
+                       F.lit(None).cast("long").alias("_end"), "_sid")
+    w = Window.partitionBy("cluster_id").orderBy("_t", "_k").rowsBetween(Window.unboundedPreceding, 0)
+    u = b.unionByName(s).select("*", F.max("_end").over(w).alias("log_end_offset"))
+    return u.where(F.col("_k") == 1).select("cluster_id", "_sid", F.coalesce("log_end_offset", F.lit(-1)).cast("long")
+                                            .alias("log_end_offset"))
+
+
+def _next_unapplied(samples: DataFrame, batches: DataFrame) -> DataFrame:
+    """``_next_us``: append time (µs) of the batch holding ``applied_offset + 1`` (the first batch whose
+    last offset is above it), from a reverse running frame over batches and samples in offset order."""
+    b = batches.select("cluster_id", F.col("batch_last_offset").alias("_o"), F.lit(1).alias("_k"),
+                       _us(F.col("append_time")).alias("_bt"), F.lit(None).cast("long").alias("_sid"))
+    s = samples.select("cluster_id", F.col("applied_offset").alias("_o"), F.lit(0).alias("_k"),
+                       F.lit(None).cast("long").alias("_bt"), "_sid")
+    # descending: larger offsets first; at one offset the sample first, so a batch ending there is not "next"
+    w = (Window.partitionBy("cluster_id").orderBy(F.col("_o").desc(), F.col("_k").asc())
+         .rowsBetween(Window.unboundedPreceding, 0))
+    u = b.unionByName(s).select("*", F.last("_bt", ignorenulls=True).over(w).alias("_next_us"))
+    return u.where(F.col("_k") == 0).select("cluster_id", "_sid", "_next_us")
+
+
+def leader_changes(partitions: DataFrame) -> DataFrame:
+    """The leader-affecting versions of ``partitions`` (visible ones: created, deleted, or leader /
+    leader epoch changed): ``cluster_id``, ``topic_id``, ``partition_id``, ``_v`` (offset) and ``_p``
+    (the previous leader-affecting version's offset of the partition; -2 for the first)."""
+    v = partitions.where(F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("valid_from_offset")))
+    w = Window.partitionBy("cluster_id", "topic_id", "partition_id").orderBy("valid_from_offset", "record_offset")
+    v = v.select("cluster_id", "topic_id", "partition_id", "valid_from_offset", "record_offset", "deleted", "leader",
+                 "leader_epoch", F.lag("deleted").over(w).alias("_pd"), F.lag("leader").over(w).alias("_pl"),
+                 F.lag("leader_epoch").over(w).alias("_pe"), F.lag("valid_from_offset").over(w).alias("_pv"))
+    affects = (F.col("_pv").isNull() | (F.col("deleted") != F.col("_pd"))
+               | ~F.col("leader").eqNullSafe(F.col("_pl")) | ~F.col("leader_epoch").eqNullSafe(F.col("_pe")))
+    c = v.where(affects)
+    return c.select("cluster_id", "topic_id", "partition_id", F.col("valid_from_offset").alias("_v"),
+                    F.coalesce(F.lag("valid_from_offset").over(w), F.lit(-2)).alias("_p"))
+
+
+def _divergence(samples: DataFrame, changes: DataFrame, bucket: int) -> DataFrame:
+    """``image_divergence`` per sample: changes with ``applied < _v <= log_end`` and ``_p <= applied``,
+    joined on offset buckets of ``bucket`` offsets (each lagging sample exploded over the buckets of
+    its range)."""
+    lagging = samples.where(F.col("log_end_offset") > F.col("applied_offset")).select(
+        "cluster_id", "_sid", "applied_offset", "log_end_offset",
+        F.explode(F.sequence(F.floor((F.col("applied_offset") + 1) / bucket).cast("long"),
+                             F.floor(F.col("log_end_offset") / bucket).cast("long"))).alias("_b"))
+    ch = changes.select("cluster_id", "_v", "_p", F.floor(F.col("_v") / bucket).cast("long").alias("_b"))
+    j = lagging.join(ch, ["cluster_id", "_b"]).where(
+        (F.col("_v") > F.col("applied_offset")) & (F.col("_v") <= F.col("log_end_offset")) & (F.col("_p") <= F.col("applied_offset")))
+    return j.groupBy("cluster_id", "_sid").agg(F.count(F.lit(1)).alias("image_divergence"))
+
+
+def _registration(samples: DataFrame, brokers: DataFrame) -> DataFrame:
+    """``registered`` / ``fenced`` of each sample's broker in the image at its ``log_end_offset``
+    (brokers have few versions: a broadcast range join)."""
+    v = brokers.select(F.col("cluster_id").alias("_c"), F.col("broker_id").alias("_b"), "valid_from_offset",
+                       "valid_to_offset", "deleted", "fenced")
+    at = F.col("log_end_offset")
+    cond = ((F.col("cluster_id") == F.col("_c")) & (F.col("broker_id") == F.col("_b"))
+            & (F.col("valid_from_offset") <= at) & (F.col("valid_to_offset").isNull() | (at < F.col("valid_to_offset"))))
+    j = samples.select("cluster_id", "broker_id", "_sid", "log_end_offset").join(F.broadcast(v), cond, "left")
+    return j.select("cluster_id", "_sid", F.coalesce(~F.col("deleted"), F.lit(False)).alias("registered"),
+                    F.when(~F.col("deleted"), F.col("fenced")).alias("fenced"))
+
+
+def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, partitions: DataFrame,
+               stall_after_s: float = STALL_AFTER_S, bucket_offsets: int = BUCKET_OFFSETS) -> DataFrame:
+    """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
+    the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions."""
+    s = progress.select(*_KEY, "observed_at", "applied_offset").dropDuplicates([*_KEY, "observed_at"])
+    w = Window.partitionBy(*_KEY).orderBy("observed_at")
+    moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
+    s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
+    s = s.select(*_KEY, "observed_at", "applied_offset",
+                 F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"),
+                 F.xxhash64(*_KEY, "observed_at").alias("_sid"))
+    s = s.join(_log_end(s, batches), ["cluster_id", "_sid"]).join(_next_unapplied(s, batches), ["cluster_id", "_sid"])
+    offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
+    obs = _us(F.col("observed_at"))
+    time_lag = F.when(F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),
+                      F.floor((obs - F.col("_next_us")) / 1000)).otherwise(F.lit(0)).cast("long")
+    stalled = (offset_lag > 0) & ((obs - _us(F.col("applied_since"))) >= F.lit(int(stall_after_s * 1_000_000)))
+    s = s.select(*_KEY, "_sid", "observed_at", "applied_offset", "applied_since", "log_end_offset",
+                 offset_lag.alias("offset_lag"), time_lag.alias("time_lag_ms"), stalled.alias("stalled"))
+    s = s.join(_registration(s, brokers), ["cluster_id", "_sid"], "left")
+    div = _divergence(s, leader_changes(partitions), bucket_offsets)
+    s = s.join(div, ["cluster_id", "_sid"], "left")
+    return s.select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset", "offset_lag", "time_lag_ms",
+                    "stalled", "registered", "fenced",
+                    F.coalesce(F.col("image_divergence"), F.lit(0)).cast("long").alias("image_divergence"))
+
+
+def cache_lag(samples: DataFrame, bucket_s: float = 1.0) -> DataFrame:
+    """Seed 002: the per-sample lags (:func:`sample_lag`) per broker and time bucket of ``bucket_s``
+    seconds: sample count, last applied / log-end offsets, p50 / p99 / max of both lags, the last
+    registration state, any stall, the largest image divergence."""
+    us = int(bucket_s * 1_000_000)
+    b = F.timestamp_micros((F.floor(_us(F.col("observed_at")) / us) * us).cast("long")).alias("bucket_start")
+    s = samples.select("*", b)
+    last = lambda c: F.max_by(c, "observed_at").alias(c)  # noqa: E731
+    pct = lambda c, p: F.percentile_approx(c, p, 10000).cast("long")  # noqa: E731
+    g = s.groupBy(*_KEY, "bucket_start").agg(
+        F.count(F.lit(1)).alias("samples"), last("applied_offset"), last("log_end_offset"),
+        pct("offset_lag", 0.5).alias("offset_lag_p50"), pct("offset_lag", 0.99).alias("offset_lag_p99"),
+        F.max("offset_lag").alias("offset_lag_max"),
+        pct("time_lag_ms", 0.5).alias("time_lag_ms_p50"), pct("time_lag_ms", 0.99).alias("time_lag_ms_p99"),
+        F.max("time_lag_ms").alias("time_lag_ms_max"),
+        last("registered"), last("fenced"), F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
+        F.max("image_divergence").alias("image_divergence"))
+    return g.select(*CACHE_LAG_COLUMNS)

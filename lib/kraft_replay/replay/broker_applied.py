@@ -1,0 +1,66 @@
+"""``broker_applied``: each broker's applied offset as a step function of time (facts §5.1, §9.1).
+
+A broker's ``last-applied-record-offset`` is the lastContainedOffset of the newest image it
+published; between two samples it is known only at the samples, so the table is the step function
+the samples draw: per (cluster, broker), intervals ``[from_time, to_time)`` over which the sampled
+offset stayed the same (consecutive samples with one offset merged, ``samples`` of them).
+
+* **Down time**: a gap between two samples longer than ``gap_factor`` × the broker's median sample
+  interval means no samples (a broker down, an exporter not scraped): the interval before it ends one
+  median interval after its last sample and a ``NO_SAMPLES`` interval (offset null) covers the rest.
+* **Restarts**: an interval whose offset is below the previous interval's (a restarted broker loads
+  the latest snapshot, facts §5.1) or that follows a ``NO_SAMPLES`` gap is ``restarted``.
+* **Stuck**: a broker that applies nothing (network-partitioned from the controllers) draws one
+  long ``APPLIED`` interval with many samples; ``cache_lag`` says whether the log moved meanwhile.
+* The last interval of a broker is open (``to_time`` null): its offset is the latest known.
+
+Window functions over (cluster, broker) ordered by ``observed_at``; no Python per row.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+__all__ = ["broker_applied", "BROKER_APPLIED_COLUMNS", "GAP_FACTOR"]
+
+GAP_FACTOR = 3.0
+BROKER_APPLIED_COLUMNS = ["cluster_id", "broker_id", "from_time", "to_time", "state", "applied_offset",
+                          "applied_record_time", "samples", "restarted"]
+_KEY = ["cluster_id", "broker_id"]
+
+
+def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataFrame:
+    """Facts §9.1 / §5.1: the ``broker_applied`` intervals of bronze ``broker_progress`` samples."""
+    p = progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").dropDuplicates(
+        [*_KEY, "observed_at"])
+    w = Window.partitionBy(*_KEY).orderBy("observed_at")
+    ms = F.unix_micros("observed_at")
+    p = p.select("*", ms.alias("_us"), (ms - F.lag(ms).over(w)).alias("_gap_us"),
+                 F.lag("applied_offset").over(w).alias("_prev_off"))
+    med = p.groupBy(*_KEY).agg(F.percentile_approx("_gap_us", 0.5, 10000).alias("_med_us"))
+    p = p.join(F.broadcast(med), _KEY)
+    gap = F.col("_gap_us").isNotNull() & F.col("_med_us").isNotNull() & (F.col("_gap_us") > F.col("_med_us") * gap_factor)
+    new_run = F.col("_prev_off").isNull() | (F.col("applied_offset") != F.col("_prev_off")) | gap
+    p = p.select("*", gap.alias("_gap_before"), new_run.alias("_new"))
+    p = p.select("*", F.sum(F.col("_new").cast("int")).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("_run"))
+    runs = p.groupBy(*_KEY, "_run").agg(
+        F.min("_us").alias("_first_us"), F.max("_us").alias("_last_us"), F.first("applied_offset").alias("applied_offset"),
+        F.max_by("applied_record_time", "_us").alias("applied_record_time"), F.count(F.lit(1)).alias("samples"),
+        F.max(F.when(F.col("_new"), F.col("_gap_before"))).alias("_gap_before"), F.first("_med_us").alias("_med_us"))
+    wr = Window.partitionBy(*_KEY).orderBy("_run")
+    runs = runs.select("*", F.lead("_first_us").over(wr).alias("_next_us"), F.lead("_gap_before").over(wr).alias("_gap_after"),
+                       F.lag("applied_offset").over(wr).alias("_prev_run_off"))
+    end_us = F.when(F.col("_gap_after"), F.col("_last_us") + F.col("_med_us")).otherwise(F.col("_next_us"))
+    ts = lambda c: F.timestamp_micros(c.cast("long"))  # noqa: E731
+    applied = runs.select(
+        *_KEY, ts(F.col("_first_us")).alias("from_time"), ts(end_us).alias("to_time"), F.lit("APPLIED").alias("state"),
+        "applied_offset", "applied_record_time", F.col("samples").cast("long").alias("samples"),
+        (F.coalesce(F.col("_gap_before"), F.lit(False))
+         | F.coalesce(F.col("applied_offset") < F.col("_prev_run_off"), F.lit(False))).alias("restarted"))
+    gaps = runs.where(F.col("_gap_after")).select(
+        *_KEY, ts(F.col("_last_us") + F.col("_med_us")).alias("from_time"), ts(F.col("_next_us")).alias("to_time"),
+        F.lit("NO_SAMPLES").alias("state"), F.lit(None).cast("long").alias("applied_offset"),
+        F.lit(None).cast("timestamp").alias("applied_record_time"), F.lit(0).cast("long").alias("samples"),
+        F.lit(False).alias("restarted"))
+    return applied.unionByName(gaps).select(*BROKER_APPLIED_COLUMNS)

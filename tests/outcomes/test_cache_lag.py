@@ -1,0 +1,65 @@
+"""``cache_lag`` (gold): per-sample lags equal the sequential oracle on a generated cluster (Pareto lag,
+stalls, restarts, leader changes), and the per-second buckets aggregate them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from kraft_replay.lake import Lake
+from kraft_replay.outcomes.cache_lag import CACHE_LAG_COLUMNS, cache_lag, sample_lag
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
+import cache_lag_oracle  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    from kraft_replay.generate import generate
+    from kraft_replay.generate.scenario import load_scenario
+    from kraft_replay.replay import run_replay
+
+    lk = Lake(str(tmp_path_factory.mktemp("lag")), spark, backend="deltars")
+    generate(spark, lk, load_scenario("tiny"), progress=lambda _: None)
+    run_replay(spark, lk, say=lambda _: None)
+    return lk
+
+
+def _inputs(lake):
+    return (lake.read("broker_progress"), lake.read("log_batches"), lake.read("brokers"), lake.read("partitions"))
+
+
+def test_sample_lag_equals_the_oracle(spark, lake) -> None:
+    progress, batches, brokers, partitions = _inputs(lake)
+    got = sample_lag(progress, batches, brokers, partitions)
+    rows = [[r.asDict() for r in df.collect()] for df in (progress, batches, brokers, partitions)]
+    exp = cache_lag_oracle.sample_lag(*rows)
+    want = spark.createDataFrame([tuple(r[c] for c in got.columns) for r in exp], got.schema)
+    # the scenario must exercise what is checked
+    stats = got.agg(F.max("offset_lag"), F.max("time_lag_ms"), F.max(F.col("stalled").cast("int")),
+                    F.max("image_divergence"), F.min(F.col("registered").cast("int"))).first()
+    assert stats[0] > 0 and stats[1] > 0 and stats[2] == 1 and stats[3] > 0, stats
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_buckets_aggregate_the_samples(spark, lake) -> None:
+    progress, batches, brokers, partitions = _inputs(lake)
+    samples = sample_lag(progress, batches, brokers, partitions).localCheckpoint()
+    got = cache_lag(samples)
+    assert got.columns == CACHE_LAG_COLUMNS
+    assert got.agg(F.sum("samples")).first()[0] == samples.count()
+    # one-second buckets of one-per-second samples: each bucket's figures are its sample's
+    two = cache_lag(samples, bucket_s=3600.0).groupBy("cluster_id", "broker_id").agg(F.max("offset_lag_max").alias("m"))
+    per = samples.groupBy("cluster_id", "broker_id").agg(F.max("offset_lag").alias("m"))
+    assert_df_equality(two.groupBy("cluster_id", "broker_id").agg(F.max("m").alias("m")), per, ignore_row_order=True,
+                       ignore_nullable=True)
+    one = got.where("samples = 1").limit(50).alias("g").join(
+        samples.alias("s"), ["cluster_id", "broker_id"]).where(
+        F.date_trunc("second", F.col("s.observed_at")) == F.col("g.bucket_start"))
+    bad = one.where((F.col("g.offset_lag_p50") != F.col("s.offset_lag")) | (F.col("g.time_lag_ms_max") != F.col("s.time_lag_ms"))
+                    | (F.col("g.image_divergence") != F.col("s.image_divergence")))
+    assert one.count() > 0 and bad.count() == 0
