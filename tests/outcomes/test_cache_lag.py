@@ -63,3 +63,18 @@ def test_buckets_aggregate_the_samples(spark, lake) -> None:
     bad = one.where((F.col("g.offset_lag_p50") != F.col("s.offset_lag")) | (F.col("g.time_lag_ms_max") != F.col("s.time_lag_ms"))
                     | (F.col("g.image_divergence") != F.col("s.image_divergence")))
     assert one.count() > 0 and bad.count() == 0
+
+
+def test_write_cache_lag_replaces_the_clusters_rows(spark, lake, capsys) -> None:
+    from kraft_replay.outcomes.cache_lag import write_cache_lag
+    from kraft_replay.serve.cli import main
+
+    clusters = [r.cluster_id for r in lake.read("log_commit").collect()]
+    lines: list[str] = []
+    n = write_cache_lag(lake, clusters, say=lines.append)
+    want = cache_lag(sample_lag(*_inputs(lake)))
+    assert n == want.count() > 0 and lines == [f"  cache_lag: {n} rows (v1; 1 s buckets)"]
+    assert_df_equality(lake.read("cache_lag"), want, ignore_row_order=True, ignore_nullable=True)
+    assert write_cache_lag(lake, clusters, bucket_s=10.0) < n and lake.read("cache_lag").count() < n  # replaced
+    assert main(["--profile", "test", "replay", "--lake", lake.root, "--lag-bucket", "0"]) == 2
+    assert "--lag-bucket must be > 0 seconds, got 0" in capsys.readouterr().err

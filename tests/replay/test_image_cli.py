@@ -179,4 +179,5 @@ def test_offset_and_time_together_and_help(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["image", "--help"])
     out = capsys.readouterr().out
-    assert exc.value.code == 0 and "examples:" in out and out.count("  kraft-replay image --lake") == 3
+    assert exc.value.code == 0 and "examples:" in out and out.count("  kraft-replay image --lake") == 4
+    assert "--broker B" in out and "--broker 3 --time" in out

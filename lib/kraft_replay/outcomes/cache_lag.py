@@ -30,7 +30,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-__all__ = ["sample_lag", "cache_lag", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
+__all__ = ["sample_lag", "cache_lag", "write_cache_lag", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
 
 STALL_AFTER_S = 2.0  # metadata normally applies within milliseconds: seconds without progress while lagging is a stall
 BUCKET_OFFSETS = 4096
@@ -161,3 +161,32 @@ def cache_lag(samples: DataFrame, bucket_s: float = 1.0) -> DataFrame:
         last("registered"), last("fenced"), F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
         F.max("image_divergence").alias("image_divergence"))
     return g.select(*CACHE_LAG_COLUMNS)
+
+
+CACHE_LAG = "cache_lag"
+
+
+def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: float = 1.0) -> int:  # noqa: ANN001
+    """Compute ``cache_lag`` for ``clusters`` from the lake's ``broker_progress`` and silver tables and
+    replace those clusters' rows in one published run. Returns the rows written (0, and nothing
+    written, when the lake has no ``broker_progress``)."""
+    import uuid
+
+    needed = ("broker_progress", "log_batches", "brokers", "partitions")
+    if not all(lake.exists(t) for t in needed):
+        return 0
+    where = "cluster_id IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in clusters) + ")"
+    progress, batches, brokers, partitions = (lake.read(t, where=where) for t in needed)
+    samples = sample_lag(progress, batches, brokers, partitions)
+    out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)
+    run_id = "cache-lag-" + uuid.uuid4().hex[:12]
+    lake.start_run(run_id, [CACHE_LAG])
+    try:
+        lake.create_table(CACHE_LAG, out.schema, partition_by=["cluster_id"])
+        r = lake.overwrite(CACHE_LAG, out, replace_where=where)
+        lake.publish([CACHE_LAG], run_id)
+    except BaseException:
+        lake.end_run()
+        raise
+    say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
+    return r.rows
