@@ -296,15 +296,14 @@ def parse_prometheus_text(text: str, source: str, observed_ms: int, names: Metri
             out.rejects.append(Reject(source, i, "UNPARSEABLE", "not a Prometheus sample line", raw[:500]))
             continue
         try:
-            float(m.group(3))  # any sample's value is a float (NaN and ±Inf included)
+            value = float(m.group(3))  # any sample's value is a float (NaN and ±Inf included)
         except ValueError:
             out.rejects.append(Reject(source, i, "UNPARSEABLE", f"not a Prometheus sample line (value {m.group(3)!r})", raw[:500]))
             continue
         kind = wanted.get(m.group(1))
         if kind is None:
             continue
-        value = _number(m.group(3))
-        if value is None:
+        if not math.isfinite(value):
             out.rejects.append(Reject(source, i, "BAD_VALUE", f"value {m.group(3)!r} is not a finite number", raw[:500]))
             continue
         broker, why = _broker_of(labels, names, broker_id)

@@ -24,13 +24,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from kraft_replay.codec.schema import RECORD_TYPES_BY_NAME
 from kraft_replay.ingest import metrics as M
 from kraft_replay.ingest.errors import IngestError
 from kraft_replay.ingest.schemas import METRICS_TABLES
+from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables, spark_schema
 
 __all__ = ["MetricsSummary", "resolve_sources", "known_brokers", "ingest_metrics", "read_source"]
 
-REGISTER_BROKER = 0  # api key of RegisterBrokerRecord (facts §2.2)
+REGISTER_BROKER = RECORD_TYPES_BY_NAME["RegisterBrokerRecord"].api_key
 
 
 @dataclass
@@ -113,24 +115,8 @@ def known_brokers(lake, cluster_id: str) -> set[int] | None:  # noqa: ANN001 - k
     return ids or None
 
 
-def _ensure_tables(lake) -> None:  # noqa: ANN001
-    from kraft_replay.ingest.tables import spark_schema
-
-    for name, (schema, _keys) in METRICS_TABLES.items():
-        if lake.exists(name):
-            have = set(lake.schema(name).fieldNames())
-            missing = [f.name for f in schema if f.name not in have]
-            if missing:
-                raise IngestError(f"table {name} in lake {lake.root} lacks column(s) {', '.join(missing)}: "
-                                  "it was made by another tool or version; move it aside and ingest again")
-    for name, (schema, _keys) in METRICS_TABLES.items():
-        lake.create_table(name, spark_schema(schema), partition_by=["cluster_id"])
-
-
 def _write(spark, lake, tables: dict[str, pa.Table], run_id: str) -> dict[str, int]:  # noqa: ANN001
     """One run: merge each non-empty table on its keys, then publish all three together."""
-    from kraft_replay.ingest.tables import spark_schema
-
     names = list(METRICS_TABLES)
     lake.start_run(run_id, names)
     try:
@@ -163,7 +149,7 @@ def ingest_metrics(spark, lake, sources: list[str], cluster_id: str, *, fmt: str
     if interval <= 0:
         raise IngestError(f"ingest-metrics: --interval must be > 0, got {interval}")
     srcs = resolve_sources(sources)
-    _ensure_tables(lake)
+    ensure_bronze_tables(lake, METRICS_BRONZE_TABLES.values())
     known = known_brokers(lake, cluster_id)
     summary = MetricsSummary(cluster_id, brokers_checked=known is not None)
     last_seen: dict[tuple[str, int], int] = {}

@@ -7,6 +7,7 @@ partitioned: it is small and read whole).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ from pyspark.sql.types import StructType
 
 from kraft_replay.ingest.errors import IngestError
 from kraft_replay.ingest.schemas import (
+    METRICS_TABLES,
     CONTROL_SCHEMA,
     FILES_SCHEMA,
     LOG_SCHEMA,
@@ -23,7 +25,7 @@ from kraft_replay.ingest.schemas import (
 )
 
 __all__ = ["BronzeTable", "BRONZE_TABLES", "METADATA_LOG", "METADATA_CONTROL", "SNAPSHOT_RECORDS",
-           "INGEST_QUARANTINE", "INGEST_FILES", "spark_schema", "ensure_bronze_tables"]
+           "INGEST_QUARANTINE", "INGEST_FILES", "METRICS_BRONZE_TABLES", "spark_schema", "ensure_bronze_tables"]
 
 METADATA_LOG = "metadata_log"
 METADATA_CONTROL = "metadata_control"
@@ -60,13 +62,20 @@ BRONZE_TABLES: dict[str, BronzeTable] = {
 }
 
 
-def ensure_bronze_tables(lake) -> None:  # noqa: ANN001 - kraft_replay.lake.Lake
-    """Create any missing bronze table with its contract schema and partitioning.
+#: The tables ``kraft-replay ingest-metrics`` writes (partitioned by ``cluster_id``).
+METRICS_BRONZE_TABLES: dict[str, BronzeTable] = {
+    name: BronzeTable(name, schema, ("cluster_id",)) for name, (schema, _keys) in METRICS_TABLES.items()}
+
+
+def ensure_bronze_tables(lake, tables: Iterable[BronzeTable] | None = None) -> None:  # noqa: ANN001 - a Lake
+    """Create any missing bronze table of ``tables`` (default: the five of :data:`BRONZE_TABLES`)
+    with its contract schema and partitioning.
 
     A table made by an older version that lacks a column of the contract (e.g. ``ingest_quarantine``
     before ``records``) is refused with a one-line :class:`~kraft_replay.ingest.errors.IngestError`
     naming the table, the columns and the fix (the lake layer cannot add columns yet)."""
-    for t in BRONZE_TABLES.values():      # every table checked before any is created
+    tables = list(BRONZE_TABLES.values() if tables is None else tables)
+    for t in tables:                      # every table checked before any is created
         if lake.exists(t.name):
             have = set(lake.schema(t.name).fieldNames())
             missing = [f for f in t.schema.fields if f.name not in have]
@@ -76,5 +85,5 @@ def ensure_bronze_tables(lake) -> None:  # noqa: ANN001 - kraft_replay.lake.Lake
                     f"table {t.name} in lake {lake.root} was made by an older kraft-replay and lacks column(s) {cols}; "
                     f"add them as nullable columns (Delta: ALTER TABLE {t.name} ADD COLUMNS ({cols})) or move the "
                     f"table's directory aside and ingest again")
-    for t in BRONZE_TABLES.values():
+    for t in tables:
         lake.create_table(t.name, t.schema, partition_by=list(t.partition_by))

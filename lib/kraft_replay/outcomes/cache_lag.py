@@ -172,10 +172,12 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     written, when the lake has no ``broker_progress``)."""
     import uuid
 
+    from kraft_replay.replay.run import cluster_where
+
     needed = ("broker_progress", "log_batches", "brokers", "partitions")
     if not all(lake.exists(t) for t in needed):
         return 0
-    where = "cluster_id IN (" + ", ".join("'" + c.replace("'", "''") + "'" for c in clusters) + ")"
+    where = cluster_where(clusters)
     progress, batches, brokers, partitions = (lake.read(t, where=where) for t in needed)
     samples = sample_lag(progress, batches, brokers, partitions)
     out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)

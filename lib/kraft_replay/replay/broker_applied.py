@@ -22,11 +22,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from kraft_replay.replay.schemas import BROKER_APPLIED_SCHEMA
+
 __all__ = ["broker_applied", "BROKER_APPLIED_COLUMNS", "GAP_FACTOR"]
 
 GAP_FACTOR = 3.0
-BROKER_APPLIED_COLUMNS = ["cluster_id", "broker_id", "from_time", "to_time", "state", "applied_offset",
-                          "applied_record_time", "samples", "restarted"]
+BROKER_APPLIED_COLUMNS = BROKER_APPLIED_SCHEMA.names
 _KEY = ["cluster_id", "broker_id"]
 
 

@@ -165,7 +165,6 @@ def broker_offset(lake, cluster_id: str, broker: int, time: Any) -> int:  # noqa
     ``broker_applied`` interval holding ``time`` (facts §9.1: the lastContainedOffset of the image it
     had published). An :class:`ImageError` when the lake has no ``broker_applied``, the broker has no
     sample at or before ``time``, or ``time`` falls in a ``NO_SAMPLES`` interval (down: unknown)."""
-    resolve_offset(lake, cluster_id)  # the cluster must have been replayed (one-line error otherwise)
     if not lake.exists("broker_applied"):
         raise ImageError(f"lake {lake.root}: table broker_applied is missing: ingest broker metrics "
                          f"(`kraft-replay ingest-metrics ... --lake {lake.root}`), then `kraft-replay replay`")
@@ -174,6 +173,7 @@ def broker_offset(lake, cluster_id: str, broker: int, time: Any) -> int:  # noqa
         (F.col("cluster_id") == cluster_id) & (F.col("broker_id") == broker) & (F.col("from_time") <= F.lit(at))
         & (F.col("to_time").isNull() | (F.lit(at) < F.col("to_time")))).collect())
     if not rows:
+        resolve_offset(lake, cluster_id)  # an unknown or unreplayed cluster is said as such
         raise ImageError(f"cluster {cluster_id!r}: broker {broker} has no applied-offset sample at or before "
                          f"{at.isoformat()} (see broker_applied)")
     r = rows[0]

@@ -29,7 +29,7 @@ from kraft_replay.replay.schemas import (
 )
 from kraft_replay.replay.versioning import spark_schema
 
-__all__ = ["ReplayError", "ReplaySummary", "run_replay", "QUARANTINE", "BRONZE_INPUTS"]
+__all__ = ["ReplayError", "ReplaySummary", "run_replay", "cluster_where", "QUARANTINE", "BRONZE_INPUTS"]
 
 BRONZE_INPUTS = ("metadata_log", "metadata_control", "snapshot_records")
 QUARANTINE = "ingest_quarantine"
@@ -77,7 +77,8 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _where(clusters: list[str]) -> str:
+def cluster_where(clusters: list[str]) -> str:
+    """The SQL predicate ``cluster_id IN (...)`` of ``clusters`` (quoted)."""
     return f"cluster_id IN ({', '.join(_sql_str(c) for c in clusters)})"
 
 
@@ -121,7 +122,7 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
     say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
         f"computed once, when the first table needs it)")
     summary = ReplaySummary(run_id, clusters)
-    where = _where(clusters)
+    where = cluster_where(clusters)
     quarantine = res.quarantine.localCheckpoint(eager=True)
     summary.quarantined = quarantine.count()
     write_q = lake.exists(QUARANTINE) and (
@@ -147,7 +148,7 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
         if progress:
             lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
             applied = broker_applied(lake.read(PROGRESS, where=where))
-            r = lake.overwrite(BROKER_APPLIED, applied.select(*BROKER_APPLIED_SCHEMA.names), replace_where=where)
+            r = lake.overwrite(BROKER_APPLIED, applied, replace_where=where)
             summary.rows[BROKER_APPLIED] = r.rows
             say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
         if write_q:

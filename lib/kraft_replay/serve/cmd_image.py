@@ -168,9 +168,9 @@ def run(args: argparse.Namespace) -> int:
         domains = [*domains, "features"]  # metadata.version comes from the features domain
     try:
         if args.broker is not None:
-            offset = broker_offset(lake, args.cluster_id, args.broker, at_time)
-        offset = resolve_offset(lake, args.cluster_id, offset=offset if args.broker is not None else args.offset,
-                                time=None if args.broker is not None else at_time)
+            offset = resolve_offset(lake, args.cluster_id, offset=broker_offset(lake, args.cluster_id, args.broker, at_time))
+        else:
+            offset = resolve_offset(lake, args.cluster_id, offset=args.offset, time=at_time)
         doc = image_json(image(lake, args.cluster_id, offset=offset, domains=domains), args.cluster_id, offset)
         if args.broker is not None:
             doc = {"cluster_id": doc["cluster_id"], "broker_id": args.broker, "time": at_time.isoformat(), **doc}

@@ -67,8 +67,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cluster_id(lake, given: str | None) -> str:  # noqa: ANN001
-    from pyspark.sql import functions as F
-
     from kraft_replay.ingest.errors import IngestError
 
     if given:
@@ -106,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                                  broker_id=args.broker_id, follow=args.follow, interval=args.interval,
                                  polls=args.polls, say=say)
     except KeyboardInterrupt:
-        print(f"kraft-replay ingest-metrics: interrupted; every completed poll is published", file=sys.stderr)
+        print("kraft-replay ingest-metrics: interrupted; every completed poll is published", file=sys.stderr)
         return 130
     assert isinstance(summary, MetricsSummary)
     for line in summary.lines():
