@@ -26,6 +26,7 @@ FULL = [
     ("replay, 1M cut of medium, vs the oracle", ["replay.py", "--scenario", "medium", "--cut", "1000000"]),
     ("replay, medium (10M), vs the oracle", ["replay.py", "--scenario", "medium"]),
     ("replay, large (100M)", ["replay.py", "--scenario", "large", "--no-oracle"]),
+    ("live freshness: ingest --follow + replay --mode stream, 5 min", ["streaming.py", "--minutes", "5"]),
 ]
 QUICK = [
     ("codec decode (single core)", ["codec_decode.py", "--records", "100000"]),
@@ -34,6 +35,7 @@ QUICK = [
     ("generate tiny scenario", ["generate.py", "--scenario", "tiny"]),
     ("fuzz campaign, 20k hostile inputs", ["fuzz.py", "--quick"]),
     ("replay, tiny scenario, vs the oracle", ["replay.py", "--scenario", "tiny"]),
+    ("live freshness, 1 min", ["streaming.py", "--minutes", "1"]),
 ]
 
 

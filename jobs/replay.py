@@ -1,6 +1,7 @@
 """Spark job entry point: replay the bronze tables into the silver tables.
 
-    python jobs/replay.py --lake DIR [--cluster-id C] [--mode batch] [--profile NAME] [--backend B]
+    python jobs/replay.py --lake DIR [--cluster-id C] [--mode batch|stream] [--trigger S | --available-now]
+        [--profile NAME] [--backend B]
 
 Same options and exit codes as ``kraft-replay replay`` (it runs that command; usable with
 ``spark-submit`` or plain Python).

@@ -1,8 +1,14 @@
-"""Shared fixtures: one SparkSession for the whole test session, tmp lakes, the reference dir."""
+"""Shared fixtures: one SparkSession for the whole test session, tmp lakes, the reference dir, and the
+``tiny`` scenario generated once, end to end through the CLI (``kraft-replay generate --scenario tiny
+--lake DIR --segments-out DIR`` as a subprocess), into a temporary lake the tests open in-process."""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -37,3 +43,44 @@ def schemas_dir(reference_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def real_kraft_dir(reference_dir: Path) -> Path:
     return reference_dir / "real-kraft"
+
+@dataclass
+class CliResult:
+    """What the tests need of a generate run: the plan (rebuilt: planning is deterministic) and the row
+    counts the CLI printed."""
+
+    plan: object
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Generated:
+    lake: object
+    result: CliResult
+    segments_dir: Path
+    cluster_id: str
+    lake_dir: Path
+    process: subprocess.CompletedProcess
+
+
+def run_generate_cli(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("kraft-replay")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    return subprocess.run([*cmd, "generate", *args], capture_output=True, text=True, env=env, timeout=1200, cwd=ROOT)
+
+
+@pytest.fixture(scope="session")
+def tiny_generated(spark, tmp_path_factory) -> Generated:
+    from kraft_replay.generate.plan import build_plan
+    from kraft_replay.generate.scenario import load_scenario
+    from kraft_replay.lake import Lake
+
+    root = tmp_path_factory.mktemp("gen")
+    proc = run_generate_cli("--scenario", "tiny", "--lake", str(root / "lake"), "--segments-out", str(root / "segments"))
+    assert proc.returncode == 0, f"kraft-replay generate failed ({proc.returncode}): {proc.stderr[-3000:]}"
+    rows = {m.group(1): int(m.group(2).replace(",", ""))
+            for m in re.finditer(r"^\s+(\w+)\s+([\d,]+) rows$", proc.stdout, re.MULTILINE)}
+    lake = Lake(str(root / "lake"), spark, backend="deltars")
+    sc = load_scenario("tiny")
+    return Generated(lake, CliResult(build_plan(sc), rows), root / "segments", sc.cluster_id, root / "lake", proc)

@@ -133,3 +133,50 @@ def test_stream_stops_at_the_published_version_and_skips_rolled_back_runs(spark,
     assert _ids(spark.table("published_stream_fresh")) == list(range(130))
     with pytest.raises(InvalidArgumentError, match="published by runs"):
         lake.write_stream(lake.read_stream("copy"), events_table, str(tmp_path / "ck2"))
+
+
+def test_writers_of_different_tables_run_side_by_side(spark, lake, events_table):
+    """Two writers (ingest --follow and replay --mode stream share a lake this way): a run of one
+    table does not roll back the other's run in flight, and concurrent publishes lose nothing."""
+    import threading
+
+    from kraft_replay.lake import Lake
+    from lake_helpers import EVENTS
+
+    lake.create_table("other", EVENTS, partition_by=["part"])
+    lake.append(events_table, events(spark, 0, 10))
+    lake.append("other", events(spark, 0, 10))
+    lake.publish([events_table, "other"], "setup")
+    second = Lake(lake.root, spark, backend="deltars", target_file_rows=500)  # another writer
+
+    lake.start_run("a", [events_table])
+    lake.append(events_table, events(spark, 10, 20))      # in flight, unpublished
+    second.start_run("b", ["other"])                       # must not roll back run a's commit
+    second.append("other", events(spark, 10, 30))
+    second.publish(["other"], "b")
+    lake.publish([events_table], "a")
+    assert lake.read(events_table).count() == 20 and lake.read("other").count() == 30
+
+    # concurrent publishes: each re-reads _published under the lock, neither is lost
+    errors: list[BaseException] = []
+
+    def writer(lk, table: str, base: int) -> None:
+        try:
+            for i in range(4):
+                run = f"{table}-{i}"
+                lk.start_run(run, [table])
+                lk.append(table, events(spark, base + i, base + i + 1))
+                lk.publish([table], run)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(lake, events_table, 1000)),
+               threading.Thread(target=writer, args=(second, "other", 2000))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    published = lake.published_versions()
+    assert published[events_table] == lake.version(events_table) and published["other"] == lake.version("other")
+    assert lake.read(events_table).count() == 24 and lake.read("other").count() == 34

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
@@ -15,7 +19,7 @@ from pyspark.sql.types import StructType
 from kraft_replay.lake.backend import LakeBackend, make_backend
 from kraft_replay.lake.deltars import CommitResult
 from kraft_replay.lake.errors import InvalidArgumentError
-from kraft_replay.lake.publish import PUBLISHED, Rollback, dead_commits, delete_files
+from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_LOCK, Rollback, dead_commits, delete_files
 
 if TYPE_CHECKING:
     from kraft_replay.lake.staged import StagedWrite
@@ -133,6 +137,21 @@ class Lake:
         name = _valid_name(name)
         return self._write(name, lambda: self._impl.write(name, df, mode="overwrite", replace_where=replace_where, txn=txn))
 
+    def replace_published(self, name: str, df: DataFrame, replace_where: str, run_id: str,
+                          schema: StructType | None = None, partition_by: list[str] | None = None) -> CommitResult:
+        """A run of one table: create it if missing (``schema``, default ``df``'s), replace the rows
+        matching ``replace_where`` and publish; on failure the run ends unpublished (rolled back by
+        the next)."""
+        self.start_run(run_id, [name])
+        try:
+            self.create_table(name, schema or df.schema, partition_by=partition_by)
+            r = self.overwrite(name, df, replace_where=replace_where)
+            self.publish([name], run_id)
+        except BaseException:
+            self.end_run()
+            raise
+        return r
+
     def new_staging(self, name: str) -> "StagedWrite":
         """A fresh staging directory inside table ``name`` for files written outside Spark's writer
         (e.g. by pyarrow in ``mapInArrow`` workers with :func:`kraft_replay.lake.staged.write_staged_arrow`);
@@ -212,7 +231,7 @@ class Lake:
                 raise InvalidArgumentError(f"publish: table {n!r} is published at version {old['version']}; a lower "
                                            f"version ({v}) cannot be published (restore the table instead)")
             chosen[n] = v
-        self._write_published(current, chosen, run_id)
+        self._write_published(chosen, run_id)
         if self._run is not None and self._run.run_id == run_id:
             self._run = None
         return chosen
@@ -220,9 +239,10 @@ class Lake:
     def start_run(self, run_id: str, tables: Iterable[str]) -> list[Rollback]:
         """Start a run that will write ``tables`` and end with :meth:`publish`.
 
-        Assumes one writer per lake at a time: every published table whose latest version is past
-        its published version holds commits of an earlier run that never published (killed or
-        failed); each is rolled back to its published version (one RESTORE commit, the dead
+        Assumes one writer per table at a time (writers of different tables, e.g. ``ingest --follow``
+        and ``replay --mode stream``, run side by side): every table of ``tables`` whose latest
+        version is past its published version holds commits of an earlier run that never published
+        (killed or failed); each is rolled back to its published version (one RESTORE commit, the dead
         commits' data files deleted, txn app ids reset on the embedded backend) and the restore
         published. Returns what was rolled back (:func:`kraft_replay.lake.publish.rollback_line`
         says it in one line). Until :meth:`publish` (or :meth:`end_run`), the first write to a
@@ -231,7 +251,7 @@ class Lake:
             raise InvalidArgumentError(f"start_run needs a run id (non-empty string), got {run_id!r}")
         names = {_valid_name(t) for t in tables}
         self._run = None
-        rolled = self.rollback_unpublished(run_id=run_id)
+        rolled = self.rollback_unpublished(names, run_id=run_id)
         self._run = _Run(run_id, names)
         return rolled
 
@@ -267,16 +287,43 @@ class Lake:
             out.append(Rollback(name, head, published, version, removed))
         if out:
             # the restore commits hold the published rows: publishing them ends the rollback
-            self._write_published(current, {r.table: r.version for r in out}, f"rollback-{run_id or uuid.uuid4().hex[:12]}")
+            self._write_published({r.table: r.version for r in out}, f"rollback-{run_id or uuid.uuid4().hex[:12]}")
         return out
 
-    def _write_published(self, current: dict[str, dict[str, Any]], chosen: dict[str, int], run_id: str) -> None:
+    @contextlib.contextmanager
+    def _published_lock(self) -> Iterator[None]:
+        """Serialise the read-modify-write of ``_published`` between processes writing different
+        tables of one local lake (an exclusive ``flock`` on ``<root>/_published.lock``). Object-store
+        lakes get no lock: one writing process at a time there."""
+        root = getattr(self._impl, "root", None)
+        if root is None or not isinstance(root.fs, pafs.LocalFileSystem):
+            yield
+            return
+        os.makedirs(root.fs_path, exist_ok=True)
+        fd = os.open(os.path.join(root.fs_path, PUBLISHED_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _write_published(self, chosen: dict[str, int], run_id: str) -> None:
+        """Set the published versions of ``chosen`` (the other tables' rows as they are now, re-read
+        under the lock so that a concurrent writer's publish is never lost). A version below the
+        current published one is refused (a concurrent publish overtook this one)."""
         now = datetime.now(timezone.utc)
-        rows = {n: {"table_name": n, "version": int(r["version"]), "run_id": r.get("run_id"),
-                    "published_at": r.get("published_at")} for n, r in current.items()}
-        for n, v in chosen.items():
-            rows[n] = {"table_name": n, "version": int(v), "run_id": run_id, "published_at": now}
-        self._impl.write_published([rows[n] for n in sorted(rows)], run_id)
+        with self._published_lock():
+            current = self._impl.read_published()
+            rows = {n: {"table_name": n, "version": int(r["version"]), "run_id": r.get("run_id"),
+                        "published_at": r.get("published_at")} for n, r in current.items()}
+            for n, v in chosen.items():
+                old = current.get(n)
+                if old is not None and int(v) < int(old["version"]):
+                    raise InvalidArgumentError(f"publish: table {n!r} was published at version {old['version']} by run "
+                                               f"{old.get('run_id')} meanwhile; version {v} cannot be published (one "
+                                               "writer per table at a time)")
+                rows[n] = {"table_name": n, "version": int(v), "run_id": run_id, "published_at": now}
+            self._impl.write_published([rows[n] for n in sorted(rows)], run_id)
 
     def _write(self, name: str, op: Callable[[], T]) -> T:
         """Run the commit ``op`` on ``name`` under the publishing rules (see ``lake.publish``): inside
@@ -291,7 +338,7 @@ class Lake:
                 current = self._impl.read_published()
                 fresh = {t: self._impl.version(t) for t in sorted(todo) if t not in current and self._impl.exists(t)}
                 if fresh:
-                    self._write_published(current, fresh, f"adopt-{run.run_id}")
+                    self._write_published(fresh, f"adopt-{run.run_id}")
                 run.checked |= todo
             return op()
         if name not in self._impl.read_published():
@@ -301,7 +348,7 @@ class Lake:
         current = self._impl.read_published()
         head = self._impl.version(name)
         if head > int(current[name]["version"]):
-            self._write_published(current, {name: head}, f"auto-{uuid.uuid4().hex[:12]}")
+            self._write_published({name: head}, f"auto-{uuid.uuid4().hex[:12]}")
         return result
 
     # ---- reads -------------------------------------------------------------------------------

@@ -5,14 +5,19 @@ its commits visible in one Delta transaction. Rule: visibility is by **published
 lake-internal Delta table ``_published`` holds, per table, the version readers see (``table_name``,
 ``version``, ``run_id``, ``published_at``: one row per table ever published). :meth:`Lake.publish`
 rewrites it in ONE commit: that commit is the atomic visibility point of every table it names.
+The rewrite re-reads ``_published`` under an exclusive lock (``_published.lock`` in a local lake's
+root) and changes only the rows of its own tables, so concurrent writers never lose each other's
+publishes.
 
 * Readers (``Lake.read`` without ``version``/``timestamp``, ``register_views``, ``tables``,
   ``read_stream``) read a table that has ever been published at its published version; a table
   never published is read at its head as before.
 * A **run** is every commit between :meth:`Lake.start_run` and :meth:`Lake.publish`. Commits past a
   table's published version belong to a run that has not published (in flight, killed or failed).
-  The lake assumes **one writer at a time**: when a run starts, any such commit belongs to a dead
-  run, and ``start_run`` rolls the table back to its published version (a Delta RESTORE), deletes
+  The lake assumes **one writer per table at a time** (writers of different tables run side by
+  side: ``ingest --follow`` writes bronze while ``replay --mode stream`` writes silver and gold):
+  when a run starts, any such commit of a table the run writes belongs to a dead run, and
+  ``start_run`` rolls that table back to its published version (a Delta RESTORE), deletes
   the data files the dead commits added, and publishes the restore commit (same rows as before).
   The embedded backend's restore commit also sets every Delta ``txn`` app id the dead commits
   recorded back to its published value (-1 when it had none), so a rolled-back commit never makes
@@ -39,6 +44,8 @@ import pyarrow.fs as pafs
 from kraft_replay.lake import files as _files
 
 PUBLISHED = "_published"
+#: lock file (in a local lake's root) serialising the rewrites of ``_published`` by concurrent writers
+PUBLISHED_LOCK = "_published.lock"
 PUBLISHED_SCHEMA = pa.schema([
     pa.field("table_name", pa.string(), nullable=False),
     pa.field("version", pa.int64(), nullable=False),

@@ -181,14 +181,6 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     progress, batches, brokers, partitions = (lake.read(t, where=where) for t in needed)
     samples = sample_lag(progress, batches, brokers, partitions)
     out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)
-    run_id = "cache-lag-" + uuid.uuid4().hex[:12]
-    lake.start_run(run_id, [CACHE_LAG])
-    try:
-        lake.create_table(CACHE_LAG, out.schema, partition_by=["cluster_id"])
-        r = lake.overwrite(CACHE_LAG, out, replace_where=where)
-        lake.publish([CACHE_LAG], run_id)
-    except BaseException:
-        lake.end_run()
-        raise
+    r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
     return r.rows

@@ -29,7 +29,8 @@ from kraft_replay.replay.schemas import (
 )
 from kraft_replay.replay.versioning import spark_schema
 
-__all__ = ["ReplayError", "ReplaySummary", "run_replay", "cluster_where", "QUARANTINE", "BRONZE_INPUTS"]
+__all__ = ["ReplayError", "ReplaySummary", "run_replay", "run_broker_applied", "check_bronze", "cluster_where",
+           "QUARANTINE", "BRONZE_INPUTS", "PROGRESS"]
 
 BRONZE_INPUTS = ("metadata_log", "metadata_control", "snapshot_records")
 QUARANTINE = "ingest_quarantine"
@@ -82,19 +83,25 @@ def cluster_where(clusters: list[str]) -> str:
     return f"cluster_id IN ({', '.join(_sql_str(c) for c in clusters)})"
 
 
-def _read_bronze(lake, cluster_id: str | None) -> tuple[DataFrame, DataFrame, DataFrame]:  # noqa: ANN001 - a Lake
+def check_bronze(lake) -> None:  # noqa: ANN001 - a Lake
+    """:class:`ReplayError` naming the first missing bronze input table and how to make it."""
     missing = [t for t in BRONZE_INPUTS if not lake.exists(t)]
     if missing:
         raise ReplayError(f"lake {lake.root}: table {missing[0]} is missing: run `kraft-replay ingest PATH --lake "
                           f"{lake.root}` (or `kraft-replay generate`) first")
-    where = None if cluster_id is None else f"cluster_id = {_sql_str(cluster_id)}"
+
+
+def _read_bronze(lake, clusters: Sequence[str] | None) -> tuple[DataFrame, DataFrame, DataFrame]:  # noqa: ANN001 - a Lake
+    check_bronze(lake)
+    where = None if clusters is None else cluster_where(list(clusters))
     return tuple(lake.read(t, where=where) for t in BRONZE_INPUTS)  # type: ignore[return-value]
 
 
 def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
                say: Callable[[str], None] = print, checkpoint: Callable[[DataFrame], DataFrame] | None = None,
-               image_at: Sequence[int] = ()) -> ReplaySummary:
-    """Replay the bronze tables of ``cluster_id`` (default: every cluster in them) into every silver
+               image_at: Sequence[int] = (), clusters: Sequence[str] | None = None) -> ReplaySummary:
+    """Replay the bronze tables of ``cluster_id`` (or of the list ``clusters``; default: every cluster
+    in them) into every silver
     table of :data:`kraft_replay.replay.schemas.SILVER_TABLES` and ``image_snapshots`` (the full image
     at every metadata.version change and at each offset of ``image_at``, for every replayed
     cluster; see the module docstring)."""
@@ -103,7 +110,12 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
         raise ReplayError(f"--image-at {bad[0]}: an image offset is >= 0")
     t0 = time.time()
     run_id = uuid.uuid4().hex[:12]
-    log, control, snapshots = _read_bronze(lake, cluster_id)
+    if cluster_id is not None and clusters is not None:
+        raise ReplayError("pass cluster_id or clusters, not both")
+    wanted = [cluster_id] if cluster_id is not None else (None if clusters is None else sorted(set(clusters)))
+    if wanted == []:
+        raise ReplayError("clusters: an empty list (pass None for every cluster)")
+    log, control, snapshots = _read_bronze(lake, wanted)
     clusters = sorted(r.cluster_id for r in
                       log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
                       .distinct().collect())
@@ -166,3 +178,18 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
     summary.commit = [r.asDict() for r in res["log_commit"].orderBy("cluster_id").collect()]
     summary.seconds = time.time() - t0
     return summary
+
+
+def run_broker_applied(spark: SparkSession, lake, clusters: Sequence[str],  # noqa: ANN001 - a Lake
+                       say: Callable[[str], None] = print) -> int:
+    """Rewrite ``broker_applied`` of ``clusters`` from ``broker_progress`` alone, in one published
+    run (what a new metric sample changes: the versioned tables do not read it). Returns the rows
+    written; 0 and nothing written when the lake has no ``broker_progress``."""
+    if not lake.exists(PROGRESS):
+        return 0
+    where = cluster_where(sorted(set(clusters)))
+    r = lake.replace_published(BROKER_APPLIED, broker_applied(lake.read(PROGRESS, where=where)), where,
+                               "broker-applied-" + uuid.uuid4().hex[:12],
+                               schema=from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
+    say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version})")
+    return r.rows

@@ -1,4 +1,5 @@
-"""``kraft-replay ingest PATH... --lake DIR [--cluster-id ID] [--strict]``: KRaft files into the bronze tables.
+"""``kraft-replay ingest PATH... --lake DIR [--cluster-id ID] [--strict | --follow]``: KRaft files into the bronze tables
+(``--follow``: tail them while Kafka writes, :mod:`kraft_replay.ingest.follow`).
 
 Exit 0 with a summary (a truncated tail or a damaged start of a segment is quarantined, not an
 error); exit 2 with one line on bad input, or under ``--strict`` when anything was quarantined (then
@@ -28,6 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--split-mb", type=int, default=32,
                    help="cut files into byte ranges of about this size (MB), one decode task each; each task "
                         "resynchronises at a batch boundary and the ranges are verified to chain")
+    p.add_argument("--follow", action="store_true",
+                   help="keep tailing the node's files while Kafka writes them: every --interval, ingest the whole "
+                        "batches appended since the last poll, new segments and new snapshots (positions kept in "
+                        "the lake's follow_positions; a restart resumes)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--follow: seconds between polls (default 1)")
+    p.add_argument("--polls", type=int, default=None, metavar="N", help="--follow: stop after N polls")
+    p.add_argument("--run-for", type=float, default=None, metavar="SECONDS", help="--follow: stop after SECONDS")
     p.set_defaults(func=run)
 
 
@@ -39,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.split_mb < 1:
         raise IngestError(f"--split-mb must be >= 1, got {args.split_mb}")
+    given = [o for o, v in (("--interval", args.interval != 1.0 or None), ("--polls", args.polls),
+                            ("--run-for", args.run_for)) if v is not None]
+    if given and not args.follow:
+        raise IngestError(f"{given[0]} is an option of --follow; add --follow to tail the files")
+    if args.follow:
+        return _follow(args)
     files, _skipped = discover(list(args.paths), args.cluster_id)  # bad input fails here, before Spark starts
     if args.strict and damaged_prefix_error(files):
         raise IngestError(damaged_prefix_error(files))
@@ -51,4 +65,28 @@ def run(args: argparse.Namespace) -> int:
                          split_bytes=args.split_mb * 1024 * 1024, say=say)
     for line in summary.lines():
         print(line, flush=True)
+    return 0
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from kraft_replay.ingest.errors import IngestError
+    from kraft_replay.ingest.follow import follow
+    from kraft_replay.serve.common import open_lake
+
+    if not args.interval > 0:
+        raise IngestError(f"--interval must be > 0 seconds, got {args.interval:g}")
+    if args.polls is not None and args.polls < 1:
+        raise IngestError(f"--polls must be >= 1, got {args.polls}")
+    if args.run_for is not None and not args.run_for > 0:
+        raise IngestError(f"--run-for must be > 0 seconds, got {args.run_for:g}")
+    if args.strict:
+        raise IngestError("--strict and --follow exclude each other: a live tail quarantines what it cannot decode")
+    spark, lake = open_lake(args)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    report = follow(spark, lake, list(args.paths), cluster_id=args.cluster_id, interval=args.interval,
+                    polls=args.polls, run_for=args.run_for, say=say)
+    print(report.line(), flush=True)
     return 0

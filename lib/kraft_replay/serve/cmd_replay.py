@@ -1,8 +1,12 @@
 """``kraft-replay replay --lake DIR [--cluster-id C] --mode batch``: the bronze tables replayed into the
 silver tables (docs/design.md, "Silver tables (replay)"); ``kraft-replay image`` (:mod:`.cmd_image`)
 reads them. With broker metrics in the lake (``broker_progress``), ``broker_applied`` (silver) and the
-gold ``cache_lag`` (:mod:`kraft_replay.outcomes.cache_lag`) are written too. Exit 0 with a summary; exit 2 with one line on bad input (missing bronze tables, an
-unknown cluster), nothing published.
+gold ``cache_lag`` (:mod:`kraft_replay.outcomes.cache_lag`) are written too. Exit 0 with a summary;
+exit 2 with one line on bad input (missing bronze tables, an unknown cluster), nothing published.
+
+``--mode stream`` (:mod:`.replay_stream`) keeps the same tables current with Structured Streaming:
+``--trigger SECONDS`` runs until interrupted (or ``--run-for``), ``--available-now`` processes what
+is new and stops.
 """
 
 from __future__ import annotations
@@ -18,7 +22,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "tables: one version per entity and change, replay anomalies, log batches and commit state.")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
     p.add_argument("--cluster-id", default=None, help="replay only this cluster (default: every cluster in the lake)")
-    p.add_argument("--mode", choices=("batch",), default="batch", help="batch (the only mode so far)")
+    p.add_argument("--mode", choices=("batch", "stream"), default=None,
+                   help="batch (default): replay once; stream: Structured Streaming over the bronze tables, each "
+                        "micro-batch replays the clusters it touched (implied by --trigger / --available-now)")
+    p.add_argument("--trigger", type=float, default=None, metavar="SECONDS",
+                   help="stream: start a micro-batch every SECONDS (default 1) until interrupted or --run-for")
+    p.add_argument("--available-now", action="store_true",
+                   help="stream: process every bronze row not yet replayed, then stop (for scheduled jobs)")
+    p.add_argument("--run-for", type=float, default=None, metavar="SECONDS",
+                   help="stream: stop after SECONDS (default: run until interrupted)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="stream: the query's checkpoint (default <lake>/_streams/replay[-<cluster>]); keep it to "
+                        "resume where the last run stopped")
     p.add_argument("--image-at", type=int, action="append", default=[], metavar="O",
                    help="also keep the full image at offset O in image_snapshots (repeatable; images at every "
                         "metadata.version change are always kept)")
@@ -33,16 +48,36 @@ def _user_error(exc: Exception) -> Exception:
     return UserError(str(exc))
 
 
+def _mode(args: argparse.Namespace) -> str:
+    streamy = [o for o, v in (("--trigger", args.trigger), ("--available-now", args.available_now or None),
+                              ("--run-for", args.run_for), ("--checkpoint", args.checkpoint)) if v is not None]
+    mode = args.mode or ("stream" if streamy else "batch")
+    if mode == "batch" and streamy:
+        raise _user_error(ValueError(f"{streamy[0]} is an option of --mode stream, not --mode batch"))
+    if args.trigger is not None and args.available_now:
+        raise _user_error(ValueError("--trigger and --available-now exclude each other: pick one"))
+    for name, v in (("--trigger", args.trigger), ("--run-for", args.run_for)):
+        if v is not None and not v > 0:
+            raise _user_error(ValueError(f"{name} must be > 0 seconds, got {v:g}"))
+    if args.run_for is not None and args.available_now:
+        raise _user_error(ValueError("--run-for and --available-now exclude each other: --available-now stops by itself"))
+    return mode
+
+
 def run(args: argparse.Namespace) -> int:
     from kraft_replay.replay.run import ReplayError, run_replay
     from kraft_replay.serve.common import open_lake
 
     if not args.lag_bucket > 0:
         raise _user_error(ValueError(f"--lag-bucket must be > 0 seconds, got {args.lag_bucket:g}"))
+    mode = _mode(args)
     spark, lake = open_lake(args)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
+
+    if mode == "stream":
+        return _run_stream(args, spark, lake, say)
 
     try:
         summary = run_replay(spark, lake, cluster_id=args.cluster_id, say=say, image_at=args.image_at)
@@ -55,4 +90,19 @@ def run(args: argparse.Namespace) -> int:
         print(line, flush=True)
     if lag_rows:
         print(f"  {CACHE_LAG}: {lag_rows} rows ({args.lag_bucket:g} s buckets, from broker_progress)", flush=True)
+    return 0
+
+
+def _run_stream(args: argparse.Namespace, spark, lake, say) -> int:  # noqa: ANN001
+    from kraft_replay.ingest.errors import IngestError
+    from kraft_replay.replay.run import ReplayError
+    from kraft_replay.serve.replay_stream import StreamFailed, run_stream
+
+    try:
+        report = run_stream(spark, lake, cluster_id=args.cluster_id, trigger_seconds=args.trigger or 1.0,
+                            available_now=args.available_now, checkpoint=args.checkpoint, run_for=args.run_for,
+                            lag_bucket=args.lag_bucket, image_at=args.image_at, say=say)
+    except (ReplayError, IngestError, StreamFailed) as exc:
+        raise _user_error(exc) from None
+    print(report.line(), flush=True)
     return 0

@@ -1,0 +1,178 @@
+"""Streaming benchmark: freshness of the live pipeline (``ingest --follow`` + ``replay --mode stream``).
+
+    flock /tmp/kraft-heavy.lock .venv/bin/python bench/streaming.py [--scenario tiny] [--minutes 5]
+        [--interval 1] [--data-dir DIR]
+
+A generated cluster (``kraft-replay generate --segments-out``, cached in ``--data-dir``) is written
+into a live node dir in real time: its batches are appended to the active segment one by one, spread
+evenly over ``--minutes``, segments roll and snapshots appear as they did in the generated node.
+Two real processes run meanwhile: ``kraft-replay ingest NODE --follow --interval I`` and
+``kraft-replay replay --mode stream --trigger I``. A poller reads the published ``log_commit`` table
+(delta-rs, no Spark) every 0.25 s. **Freshness** of a batch = the moment its last offset is visible
+in the published versioned state − the moment its bytes were written. Prints p50 / p99 / max over
+every batch written, the micro-batches the stream ran and the peak RSS of the two processes.
+Issue 11's target: p99 ≤ 5 s. Speed is measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay import PeakRss  # noqa: E402  (bench/replay.py: peak RSS of this process tree)
+
+
+def _cli() -> list[str]:
+    exe = Path(sys.executable).with_name("kraft-replay")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
+
+
+def _batches(path: Path) -> list[tuple[int, int, int]]:
+    """(start, end, last offset) of every batch of a segment."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos + 27 <= len(data):
+        base, length = struct.unpack(">qi", data[pos:pos + 12])
+        last_delta = struct.unpack(">i", data[pos + 23:pos + 27])[0]
+        out.append((pos, pos + 12 + length, base + last_delta))
+        pos += 12 + length
+    return out
+
+
+def _segments(scenario: str, data_dir: Path) -> Path:
+    out = data_dir / f"segments-{scenario}"
+    if not (out / "__cluster_metadata-0").is_dir():
+        shutil.rmtree(out, ignore_errors=True)
+        lake = data_dir / f"gen-{scenario}"
+        shutil.rmtree(lake, ignore_errors=True)
+        subprocess.run([*_cli(), "generate", "--scenario", scenario, "--lake", str(lake), "--segments-out", str(out)],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return out
+
+
+def _published_last_offset(lake: Path) -> int | None:
+    from deltalake import DeltaTable
+
+    try:
+        pub = {r["table_name"]: r["version"] for r in DeltaTable(str(lake / "_published")).to_pyarrow_table().to_pylist()}
+        if "log_commit" not in pub:
+            return None
+        t = DeltaTable(str(lake / "log_commit"), version=pub["log_commit"]).to_pyarrow_table(columns=["last_offset"])
+    except Exception:  # noqa: BLE001 - a table being created: try again next poll
+        return None
+    vals = [v for v in t.column("last_offset").to_pylist() if v is not None]
+    return max(vals) if vals else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", default="tiny")
+    ap.add_argument("--minutes", type=float, default=5.0)
+    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "kraft-replay-bench-streaming"))
+    args = ap.parse_args(argv)
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    src = _segments(args.scenario, data_dir) / "__cluster_metadata-0"
+    work = Path(tempfile.mkdtemp(prefix="stream-bench-", dir=data_dir))
+    node, lake = work / "node", work / "lake"
+    part = node / "__cluster_metadata-0"
+    part.mkdir(parents=True)
+    shutil.copy(src.parent / "meta.properties", node / "meta.properties")
+    shutil.copy(src.parent / "bootstrap.checkpoint", node / "bootstrap.checkpoint")
+    logs = sorted(p for p in src.iterdir() if p.suffix == ".log")
+    snaps = sorted((int(p.name.split("-")[0]), p) for p in src.iterdir() if p.suffix == ".checkpoint")
+    plan = [(seg, s, e, last) for seg in logs for s, e, last in _batches(seg)]
+    gap = args.minutes * 60 / len(plan)
+    print(f"{len(plan)} batches ({plan[-1][3] + 1} offsets) written over {args.minutes:g} min "
+          f"(one every {gap * 1000:.0f} ms); polls every {args.interval:g} s", flush=True)
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    procs = [subprocess.Popen([*_cli(), "ingest", str(node), "--lake", str(lake), "--follow", "--interval", str(args.interval)],
+                              stdout=subprocess.DEVNULL, stderr=open(work / "ingest.log", "w"), env=env, cwd=ROOT)]
+    # the stream needs the bronze tables: start it once the first ingest published
+    written: list[tuple[int, float]] = []
+    seen: dict[int, float] = {}
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            off = _published_last_offset(lake)
+            now = time.time()
+            if off is not None:
+                for last, _t in written:
+                    if last <= off and last not in seen:
+                        seen[last] = now
+            time.sleep(0.25)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    with PeakRss() as rss:
+        started_stream = False
+        t0 = time.time()
+        handles: dict[Path, object] = {}
+        for i, (seg, s, e, last) in enumerate(plan):
+            target = t0 + i * gap
+            time.sleep(max(0.0, target - time.time()))
+            fh = handles.get(seg)
+            if fh is None:
+                fh = handles[seg] = open(part / seg.name, "ab")
+            with open(seg, "rb") as r:
+                r.seek(s)
+                fh.write(r.read(e - s))
+            fh.flush()
+            written.append((last, time.time()))
+            while snaps and snaps[0][0] <= last + 1:
+                _end, snap = snaps.pop(0)
+                tmp = part / (snap.name + ".part")
+                shutil.copy(snap, tmp)
+                os.rename(tmp, part / snap.name)  # Kafka renames a finished snapshot into place
+            if not started_stream and (lake / "metadata_log").is_dir() and (lake / "_published").is_dir():
+                procs.append(subprocess.Popen([*_cli(), "replay", "--lake", str(lake), "--mode", "stream",
+                                               "--trigger", str(args.interval)],
+                                              stdout=subprocess.DEVNULL, stderr=open(work / "replay.log", "w"),
+                                              env=env, cwd=ROOT))
+                started_stream = True
+                poller.start()
+        written_until = time.time()
+        deadline = written_until + 600
+        while len(seen) < len(written) and time.time() < deadline and all(p.poll() is None for p in procs):
+            time.sleep(1)
+        stop.set()
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    lags = sorted(seen[last] - t for last, t in written if last in seen)
+    missing = len(written) - len(lags)
+    batches = sum(1 for ln in open(work / "replay.log") if ln.startswith("batch ") and "published" in ln)
+    if not lags:
+        print("no batch became visible; see", work)
+        return 1
+
+    def q(p: float) -> float:
+        return lags[min(len(lags) - 1, int(p * len(lags)))]
+
+    print(f"freshness over {len(lags)} batches ({missing} never visible): p50 {q(0.5):.1f} s, p99 {q(0.99):.1f} s, "
+          f"max {lags[-1]:.1f} s (target p99 <= 5 s)")
+    print(f"stream micro-batches published: {batches}; peak RSS of ingest --follow + replay --mode stream: "
+          f"{rss.peak / 2**30:.2f} GiB; logs in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

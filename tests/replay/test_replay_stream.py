@@ -1,0 +1,165 @@
+"""``kraft-replay replay --mode stream``: the streamed tables equal a batch replay of the same bronze
+(chispa), for bronze arriving in several ingest runs, metrics arriving alone, one file per trigger,
+on a generated cluster and on real Kafka files; a real SIGKILL in the middle of a micro-batch leaves
+readers on the last published state and the restarted stream ends equal to the batch replay."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+
+from kraft_replay.ingest import run_ingest
+from kraft_replay.lake import Lake
+from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
+from kraft_replay.replay.run import run_replay
+from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
+from kraft_replay.serve.replay_stream import run_stream
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT_TABLES = [*SILVER_TABLES, IMAGE_SNAPSHOTS, BROKER_APPLIED, CACHE_LAG]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _tiny_files(gen) -> list[list[str]]:  # noqa: ANN001 - the tiny_generated fixture
+    """The tiny cluster's files in three ingest steps, in the order a node writes them."""
+    part = gen.segments_dir / "__cluster_metadata-0"
+    names = sorted(p.name for p in part.iterdir())
+    logs = [n for n in names if n.endswith(".log")]
+    checkpoints = [n for n in names if n.endswith(".checkpoint")]
+    first = [str(gen.segments_dir / "bootstrap.checkpoint"), *(str(part / n) for n in logs[:2])]
+    second = [str(part / n) for n in (*logs[2:4], checkpoints[0])]
+    rest = [str(part / n) for n in names if n.endswith((".log", ".checkpoint"))
+            and str(part / n) not in first + second]
+    return [first, second, rest]
+
+
+def _batch_lake(spark, root: Path, files: list[str], cluster_id: str, progress=None) -> Lake:  # noqa: ANN001
+    lake = Lake(str(root), spark, backend="deltars")
+    run_ingest(spark, lake, files, cluster_id=cluster_id, say=_quiet)
+    if progress is not None:
+        lake.create_table("broker_progress", progress.schema, partition_by=["cluster_id"])
+        lake.append("broker_progress", progress)
+    summary = run_replay(spark, lake, say=_quiet)
+    write_cache_lag(lake, summary.clusters)
+    return lake
+
+
+def _assert_same(stream: Lake, batch: Lake, tables: list[str] = OUT_TABLES) -> None:
+    for t in ("topics", "partitions", "brokers", "log_batches"):  # the comparison is not of empty tables
+        assert batch.read(t).count() > 0, t
+    for t in tables:
+        assert stream.exists(t) == batch.exists(t), t
+        if not batch.exists(t):
+            continue
+        got, want = stream.read(t), batch.read(t)
+        assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_batch(spark, tiny_generated, tmp_path_factory) -> Lake:
+    """Every file of the tiny cluster ingested at once (with its broker metrics) and replayed in batch."""
+    files = [f for step in _tiny_files(tiny_generated) for f in step]
+    return _batch_lake(spark, tmp_path_factory.mktemp("stream_batch"), files, tiny_generated.cluster_id,
+                       tiny_generated.lake.read("broker_progress"))
+
+
+def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_batch, tmp_path) -> None:
+    cid = tiny_generated.cluster_id
+    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    ckpt = str(tmp_path / "ckpt")
+    steps = _tiny_files(tiny_generated)
+    lines: list[str] = []
+
+    run_ingest(spark, lake, steps[0], cluster_id=cid, say=_quiet)
+    first = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
+    assert (first.batches, first.replays) == (1, 1)
+    assert lake.read("log_commit").first()["last_offset"] < 1988  # only the first two segments so far
+
+    # metrics alone: broker_applied and cache_lag follow without a replay of the log
+    lake.append("broker_progress", tiny_generated.lake.read("broker_progress"))
+    metrics = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
+    assert (metrics.batches, metrics.replays, metrics.metric_updates) == (1, 0, 1)
+    assert lake.read(BROKER_APPLIED).count() > 0 and lake.read(CACHE_LAG).count() > 0
+
+    # the rest in two ingest runs, streamed one data file per trigger
+    run_ingest(spark, lake, steps[1], cluster_id=cid, say=_quiet)
+    run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
+    rest = run_stream(spark, lake, available_now=True, checkpoint=ckpt, max_files_per_trigger=1, say=lines.append)
+    assert rest.batches > 1, lines
+    _assert_same(lake, tiny_batch)
+
+    # nothing new: no micro-batch, nothing rewritten
+    before = lake.published_versions()
+    idle = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
+    assert idle.batches == 0 and lake.published_versions() == before
+
+
+def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, tmp_path) -> None:
+    prefix = "dkoh12__Systems__"
+    seg, snap, boot = (str(real_kraft_dir / (prefix + n)) for n in
+                       ("00000000000000000000.log", "00000000000000007209-0000000001.checkpoint", "bootstrap.checkpoint"))
+    batch = _batch_lake(spark, tmp_path / "batch", [seg, snap, boot], "real")
+    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    ckpt = str(tmp_path / "ckpt")
+    for step in ([boot, seg], [snap]):
+        run_ingest(spark, lake, step, cluster_id="real", say=_quiet)
+        assert run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=_quiet).batches == 1
+    _assert_same(lake, batch, [t for t in OUT_TABLES if t not in (BROKER_APPLIED, CACHE_LAG)])
+    # the stream watches broker_progress (made empty when missing): no metrics, no lag rows invented
+    assert lake.read("broker_progress").count() == 0
+    assert lake.read(BROKER_APPLIED).count() == 0 and lake.read(CACHE_LAG).count() == 0
+
+
+def _cli() -> list[str]:
+    exe = Path(sys.executable).with_name("kraft-replay")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
+
+
+def test_sigkill_mid_batch_then_restart(spark, tiny_generated, tiny_batch, tmp_path) -> None:
+    """A real ``kraft-replay replay --available-now`` process is SIGKILLed after it committed its first
+    silver table and before it published: readers still see the previous state; the restarted stream
+    rolls the dead commits back and ends equal to the batch replay."""
+    cid = tiny_generated.cluster_id
+    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    steps = _tiny_files(tiny_generated)
+    run_ingest(spark, lake, steps[0], cluster_id=cid, say=_quiet)
+    assert run_stream(spark, lake, available_now=True, say=_quiet).batches == 1  # default checkpoint in the lake
+    partitions_before = lake.read("partitions").count()
+    run_ingest(spark, lake, steps[1] + steps[2], cluster_id=cid, say=_quiet)
+    lake.append("broker_progress", tiny_generated.lake.read("broker_progress"))
+    published = lake.published_versions()
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    cmd = [*_cli(), "--profile", "test", "replay", "--lake", lake.root, "--available-now"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    seen: list[str] = []
+    deadline = time.time() + 600
+    try:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            seen.append(line)
+            if line.strip().startswith("topics:"):  # a silver commit made, nothing of this run published
+                proc.send_signal(signal.SIGKILL)
+                break
+            assert time.time() < deadline, "the stream did not reach its first silver commit in 10 minutes"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
+    after = lake.published_versions()
+    assert {t: after.get(t) for t in published} == published  # the killed run is invisible
+    assert lake.read("partitions").count() == partitions_before
+
+    restart = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert restart.returncode == 0, restart.stderr[-3000:]
+    assert "micro-batch" in restart.stdout
+    _assert_same(lake, tiny_batch)
