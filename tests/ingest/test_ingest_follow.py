@@ -14,7 +14,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from kraft_replay.ingest import run_ingest
-from kraft_replay.ingest.follow import FOLLOW_POSITIONS, complete_batches, follow
+from kraft_replay.ingest.follow import FOLLOW_POSITIONS, _mark_at, follow
+from kraft_replay.ingest.plan import walk_batches
 from kraft_replay.lake import Lake
 from kraft_replay.serve.cli import main
 
@@ -34,16 +35,18 @@ def _batch_ends(path: Path) -> list[int]:
     return ends
 
 
-def test_complete_batches_stops_before_a_half_written_batch(tiny_generated, tmp_path) -> None:
+def test_the_chain_walk_stops_before_a_half_written_batch(tiny_generated, tmp_path) -> None:
     seg = tiny_generated.segments_dir / "__cluster_metadata-0" / "00000000000000000000.log"
     ends = _batch_ends(seg)
     cut = tmp_path / "cut.log"
     cut.write_bytes(seg.read_bytes()[: ends[2] + 30])  # two... three whole batches and 30 bytes of the fourth
-    end, last_start, mark = complete_batches(str(cut), 0, cut.stat().st_size)
-    assert (end, last_start) == (ends[2], ends[1])
+    size = cut.stat().st_size
+    walk = walk_batches(str(cut), size, size + 1)
+    assert (walk.framed_end, walk.last_start) == (ends[2], ends[1])
     head = seg.read_bytes()[ends[1]: ends[1] + 21]
-    assert mark == (struct.unpack(">i", head[12:16])[0], struct.unpack(">I", head[17:21])[0])
-    assert complete_batches(str(cut), ends[2], cut.stat().st_size) == (ends[2], None, None)
+    assert _mark_at(str(cut), walk.last_start) == (struct.unpack(">i", head[12:16])[0], struct.unpack(">I", head[17:21])[0])
+    rest = walk_batches(str(cut), size, size + 1, start=ends[2])
+    assert (rest.framed_end, rest.last_start, rest.batches) == (ends[2], -1, 0)
 
 
 def test_follow_a_node_dir_while_it_is_written(spark, tiny_generated, tmp_path) -> None:

@@ -38,9 +38,11 @@ import pyarrow as pa
 
 from kraft_replay.codec.files import FileKind
 from kraft_replay.ingest.errors import IngestError
+from kraft_replay.ingest.plan import walk_batches
 from kraft_replay.ingest.sources import discover, is_uri
+from kraft_replay.ingest.tables import arrow_df
 
-__all__ = ["FOLLOW_POSITIONS", "FOLLOW_POSITIONS_SCHEMA", "FollowReport", "complete_batches", "follow"]
+__all__ = ["FOLLOW_POSITIONS", "FOLLOW_POSITIONS_SCHEMA", "FollowReport", "follow"]
 
 FOLLOW_POSITIONS = "follow_positions"
 FOLLOW_POSITIONS_SCHEMA = pa.schema([
@@ -73,38 +75,18 @@ class FollowReport:
                                              if self.retaken else ""))
 
 
-def complete_batches(path: str, start: int, size: int) -> tuple[int, int | None, tuple[int, int] | None]:
-    """Walk batch headers from ``start`` (a batch boundary): ``(end, last_start, (epoch, crc))`` where
-    ``end`` is the end of the last batch whose bytes all lie within ``size`` (``start`` if none) and
-    the pair is that batch's partition leader epoch and CRC field."""
-    end, last_start, last_crc = start, None, None
-    with open(path, "rb") as fh:
-        while end + _HEADER <= size:
-            fh.seek(end)
-            head = fh.read(_HEADER)
-            if len(head) < _HEADER:
-                break
-            length = struct.unpack(">i", head[8:12])[0]
-            if length < _HEADER - 12 or end + 12 + length > size:
-                break  # a batch still being written (or garbage ingest will quarantine once complete)
-            last_start, last_crc = end, _mark(head)
-            end += 12 + length
-    return end, last_start, last_crc
-
-
-def _mark(head: bytes) -> tuple[int, int]:
-    """(partition leader epoch, CRC field) of a batch header: what changes when a batch is rewritten."""
-    return struct.unpack(">i", head[12:16])[0], struct.unpack(">I", head[17:21])[0]
-
-
 def _mark_at(path: str, start: int) -> tuple[int, int] | None:
+    """(partition leader epoch, CRC field) of the batch header at ``start``: what changes when a
+    batch is rewritten (None: no header there any more)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(start)
             head = fh.read(_HEADER)
     except OSError:
         return None
-    return _mark(head) if len(head) == _HEADER else None
+    if len(head) < _HEADER:
+        return None
+    return struct.unpack(">i", head[12:16])[0], struct.unpack(">I", head[17:21])[0]
 
 
 def _read_positions(lake) -> dict[str, dict]:  # noqa: ANN001 - a Lake
@@ -115,11 +97,8 @@ def _read_positions(lake) -> dict[str, dict]:  # noqa: ANN001 - a Lake
 
 
 def _write_positions(spark, lake, rows: dict[str, dict]) -> None:  # noqa: ANN001
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    lake.create_table(FOLLOW_POSITIONS, from_arrow_schema(FOLLOW_POSITIONS_SCHEMA), partition_by=["cluster_id"])
-    table = pa.Table.from_pylist(list(rows.values()), schema=FOLLOW_POSITIONS_SCHEMA)
-    df = spark.createDataFrame(table.to_pandas(), schema=from_arrow_schema(FOLLOW_POSITIONS_SCHEMA))
+    df = arrow_df(spark, pa.Table.from_pylist(list(rows.values()), schema=FOLLOW_POSITIONS_SCHEMA))
+    lake.create_table(FOLLOW_POSITIONS, df.schema, partition_by=["cluster_id"])
     lake.overwrite(FOLLOW_POSITIONS, df)
 
 
@@ -161,15 +140,16 @@ def _poll(spark, lake, paths: list[str], cluster_id: str | None, positions: dict
             else:
                 start = old["position"]
         start = max(start, f.data_start)
-        end, last_start, mark = complete_batches(f.path, start, f.size)
+        # the whole batches from start on (the chain walk ingest plans with stops before a batch
+        # whose bytes are not all on disk yet)
+        walk = walk_batches(f.path, f.size, f.size + 1, start=start)
+        end = walk.framed_end
         if end <= start:
             continue
+        mark = _mark_at(f.path, walk.last_start)
         with open(f.path, "rb") as fh:
-            fh.seek(start)
-            head = fh.read(8)
-            base = struct.unpack(">q", head)[0]
             os.makedirs(spool, exist_ok=True)
-            out = os.path.join(spool, f"{base:020d}.log")
+            out = os.path.join(spool, f"{walk.first_offset:020d}.log")
             if os.path.exists(out):  # two node files with one base offset in one poll: keep them apart
                 out = os.path.join(spool, uuid.uuid4().hex[:6], f"{base:020d}.log")
                 os.makedirs(os.path.dirname(out))
@@ -184,7 +164,7 @@ def _poll(spark, lake, paths: list[str], cluster_id: str | None, positions: dict
                     remaining -= len(chunk)
         slices.append(out)
         report.bytes_taken += end - start
-        row.update(position=end, last_batch_start=last_start, last_batch_epoch=mark[0] if mark else None,
+        row.update(position=end, last_batch_start=walk.last_start, last_batch_epoch=mark[0] if mark else None,
                    last_batch_crc=mark[1] if mark else None)
         new_rows[f.path] = row
     if not slices:
@@ -211,9 +191,10 @@ def follow(spark, lake, paths: list[str], *, cluster_id: str | None = None, inte
     for p in paths:
         if not os.path.exists(os.path.expanduser(p)):
             raise IngestError(f"{p}: no such file or directory; check the path")
+    paths = [os.path.expanduser(p) for p in paths]
     report = FollowReport()
     positions = _read_positions(lake)
-    mine = [p for p in positions if os.path.abspath(p).startswith(tuple(os.path.abspath(os.path.expanduser(x)) for x in paths))]
+    mine = [p for p in positions if os.path.abspath(p).startswith(tuple(os.path.abspath(x) for x in paths))]
     if mine:
         say(f"ingest --follow: resuming {len(mine)} file position(s) from {FOLLOW_POSITIONS}")
     t0 = time.time()
@@ -221,7 +202,7 @@ def follow(spark, lake, paths: list[str], *, cluster_id: str | None = None, inte
         while True:
             started = time.time()
             report.polls += 1
-            _poll(spark, lake, [os.path.expanduser(p) for p in paths], cluster_id, positions, report, say)
+            _poll(spark, lake, paths, cluster_id, positions, report, say)
             if polls is not None and report.polls >= polls:
                 break
             if run_for is not None and time.time() - t0 >= run_for:

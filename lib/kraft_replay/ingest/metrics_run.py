@@ -28,7 +28,7 @@ from kraft_replay.codec.schema import RECORD_TYPES_BY_NAME
 from kraft_replay.ingest import metrics as M
 from kraft_replay.ingest.errors import IngestError
 from kraft_replay.ingest.schemas import METRICS_TABLES
-from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables, spark_schema
+from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, arrow_df, ensure_bronze_tables
 
 __all__ = ["MetricsSummary", "resolve_sources", "known_brokers", "ingest_metrics", "read_source"]
 
@@ -124,8 +124,7 @@ def _write(spark, lake, tables: dict[str, pa.Table], run_id: str) -> dict[str, i
             if tab.num_rows == 0:
                 continue
             schema, keys = METRICS_TABLES[name]
-            df = spark.createDataFrame(tab.to_pandas(), schema=spark_schema(schema))
-            lake.merge(name, df, keys)
+            lake.merge(name, arrow_df(spark, tab, schema), keys)
         return lake.publish(names, run_id)
     except BaseException:
         lake.end_run()

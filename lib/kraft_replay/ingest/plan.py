@@ -180,13 +180,15 @@ def sha256_of(path: str, chunk: int = 4 * 1024 * 1024) -> str:
 @dataclass(frozen=True, slots=True)
 class Walk:
     """Result of walking a file's batch chain: cut points, batch count and the offset range of the
-    well-framed batches (``None`` if there are none), and where the framing ends."""
+    well-framed batches (``None`` if there are none), where the framing ends and where its last
+    batch starts (-1: none)."""
 
     cuts: list[int]
     batches: int
     first_offset: int | None
     last_offset: int | None
     framed_end: int
+    last_start: int = -1
 
 
 def walk_batches(path: str, size: int, every: int, start: int = 0) -> Walk:
@@ -233,7 +235,7 @@ def walk_batches(path: str, size: int, every: int, start: int = 0) -> Walk:
                 last = struct.unpack_from(">q", head, 0)[0] + struct.unpack_from(">i", head, 23)[0]
     finally:
         r.close()
-    return Walk(cuts, batches, first, last, pos)
+    return Walk(cuts, batches, first, last, pos, last_pos)
 
 
 def plan_tasks(files: list[InputFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -> tuple[list[Task], dict[str, "Walk"]]:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -25,7 +26,7 @@ from kraft_replay.ingest.schemas import (
 )
 
 __all__ = ["BronzeTable", "BRONZE_TABLES", "METADATA_LOG", "METADATA_CONTROL", "SNAPSHOT_RECORDS",
-           "INGEST_QUARANTINE", "INGEST_FILES", "METRICS_BRONZE_TABLES", "spark_schema", "ensure_bronze_tables"]
+           "INGEST_QUARANTINE", "INGEST_FILES", "METRICS_BRONZE_TABLES", "spark_schema", "arrow_df", "ensure_bronze_tables"]
 
 METADATA_LOG = "metadata_log"
 METADATA_CONTROL = "metadata_control"
@@ -37,6 +38,12 @@ INGEST_FILES = "ingest_files"
 def spark_schema(schema: pa.Schema) -> StructType:
     """The Spark ``StructType`` of a bronze Arrow schema (timestamps become ``TimestampType``)."""
     return from_arrow_schema(schema)
+
+
+def arrow_df(spark, table: pa.Table, schema: pa.Schema | None = None) -> DataFrame:  # noqa: ANN001 - a SparkSession
+    """A small Arrow table built on the driver as a Spark DataFrame of the Spark type of ``schema``
+    (default: the table's own)."""
+    return spark.createDataFrame(table.to_pandas(), schema=spark_schema(schema or table.schema))
 
 
 @dataclass(frozen=True)

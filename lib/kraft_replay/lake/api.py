@@ -219,19 +219,14 @@ class Lake:
         extra = sorted(set(versions) - set(names))
         if extra:
             raise InvalidArgumentError(f"publish: version given for {extra[0]!r}, which is not among the tables {names}")
-        current = self._impl.read_published()
         chosen: dict[str, int] = {}
         for n in names:
             head = self._impl.version(n)
             v = int(versions.get(n, head))
             if not 0 <= v <= head:
                 raise InvalidArgumentError(f"publish: table {n!r} has versions 0..{head}, not {v}")
-            old = current.get(n)
-            if old is not None and v < int(old["version"]):
-                raise InvalidArgumentError(f"publish: table {n!r} is published at version {old['version']}; a lower "
-                                           f"version ({v}) cannot be published (restore the table instead)")
             chosen[n] = v
-        self._write_published(chosen, run_id)
+        self._write_published(chosen, run_id)  # refuses a version below the published one
         if self._run is not None and self._run.run_id == run_id:
             self._run = None
         return chosen
@@ -295,8 +290,8 @@ class Lake:
         """Serialise the read-modify-write of ``_published`` between processes writing different
         tables of one local lake (an exclusive ``flock`` on ``<root>/_published.lock``). Object-store
         lakes get no lock: one writing process at a time there."""
-        root = getattr(self._impl, "root", None)
-        if root is None or not isinstance(root.fs, pafs.LocalFileSystem):
+        root = self._impl.root
+        if not isinstance(root.fs, pafs.LocalFileSystem):
             yield
             return
         os.makedirs(root.fs_path, exist_ok=True)
@@ -310,7 +305,7 @@ class Lake:
     def _write_published(self, chosen: dict[str, int], run_id: str) -> None:
         """Set the published versions of ``chosen`` (the other tables' rows as they are now, re-read
         under the lock so that a concurrent writer's publish is never lost). A version below the
-        current published one is refused (a concurrent publish overtook this one)."""
+        current published one is refused."""
         now = datetime.now(timezone.utc)
         with self._published_lock():
             current = self._impl.read_published()
@@ -319,9 +314,9 @@ class Lake:
             for n, v in chosen.items():
                 old = current.get(n)
                 if old is not None and int(v) < int(old["version"]):
-                    raise InvalidArgumentError(f"publish: table {n!r} was published at version {old['version']} by run "
-                                               f"{old.get('run_id')} meanwhile; version {v} cannot be published (one "
-                                               "writer per table at a time)")
+                    raise InvalidArgumentError(f"publish: table {n!r} is published at version {old['version']} (run "
+                                               f"{old.get('run_id')}); a lower version ({v}) cannot be published "
+                                               "(restore the table instead)")
                 rows[n] = {"table_name": n, "version": int(v), "run_id": run_id, "published_at": now}
             self._impl.write_published([rows[n] for n in sorted(rows)], run_id)
 

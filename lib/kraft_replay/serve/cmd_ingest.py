@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="keep tailing the node's files while Kafka writes them: every --interval, ingest the whole "
                         "batches appended since the last poll, new segments and new snapshots (positions kept in "
                         "the lake's follow_positions; a restart resumes)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="--follow: seconds between polls (default 1)")
+    p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="--follow: seconds between polls (default 1)")
     p.add_argument("--polls", type=int, default=None, metavar="N", help="--follow: stop after N polls")
     p.add_argument("--run-for", type=float, default=None, metavar="SECONDS", help="--follow: stop after SECONDS")
     p.set_defaults(func=run)
@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.split_mb < 1:
         raise IngestError(f"--split-mb must be >= 1, got {args.split_mb}")
-    given = [o for o, v in (("--interval", args.interval != 1.0 or None), ("--polls", args.polls),
-                            ("--run-for", args.run_for)) if v is not None]
+    given = [o for o, v in (("--interval", args.interval), ("--polls", args.polls), ("--run-for", args.run_for))
+             if v is not None]
     if given and not args.follow:
         raise IngestError(f"{given[0]} is an option of --follow; add --follow to tail the files")
     if args.follow:
@@ -73,8 +73,9 @@ def _follow(args: argparse.Namespace) -> int:
     from kraft_replay.ingest.follow import follow
     from kraft_replay.serve.common import open_lake
 
-    if not args.interval > 0:
-        raise IngestError(f"--interval must be > 0 seconds, got {args.interval:g}")
+    interval = 1.0 if args.interval is None else args.interval
+    if not interval > 0:
+        raise IngestError(f"--interval must be > 0 seconds, got {interval:g}")
     if args.polls is not None and args.polls < 1:
         raise IngestError(f"--polls must be >= 1, got {args.polls}")
     if args.run_for is not None and not args.run_for > 0:
@@ -86,7 +87,7 @@ def _follow(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    report = follow(spark, lake, list(args.paths), cluster_id=args.cluster_id, interval=args.interval,
+    report = follow(spark, lake, list(args.paths), cluster_id=args.cluster_id, interval=interval,
                     polls=args.polls, run_for=args.run_for, say=say)
     print(report.line(), flush=True)
     return 0

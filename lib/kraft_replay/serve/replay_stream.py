@@ -28,10 +28,10 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-__all__ = ["StreamReport", "LOG_SOURCES", "changes", "default_checkpoint", "run_stream"]
+from kraft_replay.replay.run import BRONZE_INPUTS, PROGRESS
 
-LOG_SOURCES = ("metadata_log", "metadata_control", "snapshot_records")
-PROGRESS = "broker_progress"
+__all__ = ["StreamReport", "changes", "default_checkpoint", "run_stream"]
+
 STREAMS_DIR = "_streams"
 
 
@@ -62,7 +62,7 @@ def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | No
     """A streaming DataFrame ``(cluster_id, source)`` of every row published into the bronze log and
     metric tables from now on (the query's first batch: every row already there); at most
     ``max_files_per_trigger`` data files of each table per micro-batch."""
-    parts = [lake.read_stream(t, max_files_per_trigger=max_files_per_trigger).select("cluster_id", F.lit(t).alias("source")) for t in (*LOG_SOURCES, PROGRESS)]
+    parts = [lake.read_stream(t, max_files_per_trigger=max_files_per_trigger).select("cluster_id", F.lit(t).alias("source")) for t in (*BRONZE_INPUTS, PROGRESS)]
     df = reduce(DataFrame.unionByName, parts)
     return df if cluster_id is None else df.where(F.col("cluster_id") == F.lit(cluster_id))
 
@@ -84,16 +84,16 @@ def _micro_batch(spark: SparkSession, lake, batch: DataFrame, batch_id: int, rep
     else:
         metric_only = []
     rows = sum(r["count"] for r in counts)
+    sub = lambda line: say("  " + line.strip())  # noqa: E731 - the steps' lines, indented under the batch's
     say(f"batch {batch_id}: {rows} new bronze row(s); replaying {', '.join(log_clusters) or 'nothing'}"
         + (f"; metrics of {', '.join(metric_only)}" if metric_only else ""))
     if log_clusters:
-        summary = run_replay(spark, lake, clusters=log_clusters, say=lambda s: say("  " + s.strip()),
-                             image_at=image_at)
+        summary = run_replay(spark, lake, clusters=log_clusters, say=sub, image_at=image_at)
         report.replays += len(summary.clusters)
-        write_cache_lag(lake, summary.clusters, say=lambda s: say("  " + s.strip()), bucket_s=lag_bucket)
+        write_cache_lag(lake, summary.clusters, say=sub, bucket_s=lag_bucket)
     if metric_only:
-        run_broker_applied(spark, lake, metric_only, say=lambda s: say("  " + s.strip()))
-        write_cache_lag(lake, metric_only, say=lambda s: say("  " + s.strip()), bucket_s=lag_bucket)
+        run_broker_applied(spark, lake, metric_only, say=sub)
+        write_cache_lag(lake, metric_only, say=sub, bucket_s=lag_bucket)
         report.metric_updates += len(metric_only)
     report.batches += 1
     report.batch_seconds.append(time.time() - t0)
@@ -122,10 +122,9 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
                                                  f"trigger every {trigger_seconds:g} s"
                                                  + (f" for {run_for:g} s" if run_for else " until interrupted")))
     try:
-        if available_now:
-            query.awaitTermination()
-        elif run_for:
-            query.awaitTermination(run_for)
+        timeout = None if available_now else run_for  # --available-now stops by itself
+        if timeout:
+            query.awaitTermination(timeout)
         else:
             query.awaitTermination()
     except KeyboardInterrupt:
