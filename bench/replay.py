@@ -118,6 +118,23 @@ def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
     return {"records": records, "spark_s": spark_s, "rss": rss.peak}
 
 
+def child_result(cmd: list[str]) -> dict | None:
+    """Run a benchmark's Spark phase as a child process (its JVM gone when it returns), echoing its
+    output; its figures are the JSON of its ``RESULT`` line (None, said on stderr, when it failed)."""
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    result = None
+    assert child.stdout is not None
+    for line in child.stdout:
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+        else:
+            print(line, end="", flush=True)
+    if child.wait() != 0 or result is None:
+        print(f"the Spark phase failed (exit {child.returncode})", file=sys.stderr)
+        return None
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="medium")
@@ -136,17 +153,8 @@ def main() -> int:
 
     out_root = Path(tempfile.mkdtemp(prefix="kraft-bench-replay-"))
     try:
-        child = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--spark-phase", str(out_root)],
-                                 stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        result = None
-        assert child.stdout is not None
-        for line in child.stdout:
-            if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
-            else:
-                print(line, end="", flush=True)
-        if child.wait() != 0 or result is None:
-            print(f"the Spark phase failed (exit {child.returncode})", file=sys.stderr)
+        result = child_result([sys.executable, __file__, *sys.argv[1:], "--spark-phase", str(out_root)])
+        if result is None:
             return 1
         records, spark_s = result["records"], result["spark_s"]
         print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {result['rss'] / 2**30:.2f} GiB")

@@ -27,6 +27,9 @@ FULL = [
     ("replay, medium (10M), vs the oracle", ["replay.py", "--scenario", "medium"]),
     ("replay, large (100M)", ["replay.py", "--scenario", "large", "--no-oracle"]),
     ("live freshness: ingest --follow + replay --mode stream, 5 min", ["streaming.py", "--minutes", "5"]),
+    ("outcomes (seeds 000, 003), medium log, vs the sequential references", ["outcomes.py", "--scenario", "medium"]),
+    ("outcomes, 10M + 10M requests over the medium log", ["outcomes.py", "--scenario", "medium", "--requests", "10000000",
+                                                          "--no-oracle"]),
 ]
 QUICK = [
     ("codec decode (single core)", ["codec_decode.py", "--records", "100000"]),
@@ -36,6 +39,7 @@ QUICK = [
     ("fuzz campaign, 20k hostile inputs", ["fuzz.py", "--quick"]),
     ("replay, tiny scenario, vs the oracle", ["replay.py", "--scenario", "tiny"]),
     ("live freshness, 1 min", ["streaming.py", "--minutes", "1"]),
+    ("outcomes, tiny scenario, vs the sequential references", ["outcomes.py", "--scenario", "tiny"]),
 ]
 
 

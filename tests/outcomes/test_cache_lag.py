@@ -10,7 +10,6 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from kraft_replay.lake import Lake
 from kraft_replay.outcomes.cache_lag import CACHE_LAG_COLUMNS, cache_lag, sample_lag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
@@ -18,15 +17,8 @@ import cache_lag_oracle  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory):
-    from kraft_replay.generate import generate
-    from kraft_replay.generate.scenario import load_scenario
-    from kraft_replay.replay import run_replay
-
-    lk = Lake(str(tmp_path_factory.mktemp("lag")), spark, backend="deltars")
-    generate(spark, lk, load_scenario("tiny"), progress=lambda _: None)
-    run_replay(spark, lk, say=lambda _: None)
-    return lk
+def lake(replayed_tiny):
+    return replayed_tiny
 
 
 def _inputs(lake):

@@ -18,6 +18,7 @@ from chispa import assert_df_equality
 from kraft_replay.ingest import run_ingest
 from kraft_replay.lake import Lake
 from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
+from kraft_replay.outcomes.run import OUTCOME_TABLES, run_outcomes
 from kraft_replay.replay.run import run_replay
 from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
 from kraft_replay.serve.replay_stream import run_stream
@@ -97,6 +98,20 @@ def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_
     rest = run_stream(spark, lake, available_now=True, checkpoint=ckpt, max_files_per_trigger=1, say=lines.append)
     assert rest.batches > 1, lines
     _assert_same(lake, tiny_batch)
+
+    # client requests arrive: the next micro-batch (duplicate metric samples, which change nothing)
+    # writes the outcome tables too, equal to the batch job's
+    for t in ("metadata_requests", "produce_requests"):
+        src = tiny_generated.lake.read(t)
+        for lk in (lake, tiny_batch):
+            if not lk.exists(t):
+                lk.create_table(t, src.schema, partition_by=["cluster_id"])
+                lk.append(t, src)
+    run_outcomes(spark, tiny_batch, say=_quiet)
+    lake.append("broker_progress", tiny_generated.lake.read("broker_progress").limit(5))
+    again = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
+    assert (again.batches, again.metric_updates, again.outcome_updates) == (1, 1, 1), lines
+    _assert_same(lake, tiny_batch, [*OUT_TABLES, *OUTCOME_TABLES])
 
     # nothing new: no micro-batch, nothing rewritten
     before = lake.published_versions()

@@ -1,1 +1,8 @@
-"""(reserved for later issues)"""
+"""Gold tables: what each proposal's rules decide, as DataFrame transformations over the replay's
+tables (docs/design.md, "Gold tables (outcomes)"), one module per proposal:
+
+* :mod:`.cache_lag` — per-broker cache lag (seed 002);
+* :mod:`.consistency` — consistency tokens for metadata reads (seed 000);
+* :mod:`.fencing` — leader-epoch fencing of produce requests (seed 003);
+* :mod:`.lookups` — the as-of lookups they share; :mod:`.run` — the batch job (``kraft-replay outcomes``).
+"""

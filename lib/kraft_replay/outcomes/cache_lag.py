@@ -30,6 +30,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from kraft_replay.outcomes.lookups import count_changes
+
 __all__ = ["sample_lag", "cache_lag", "write_cache_lag", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
 
 STALL_AFTER_S = 2.0  # metadata normally applies within milliseconds: seconds without progress while lagging is a stall
@@ -89,20 +91,6 @@ def leader_changes(partitions: DataFrame) -> DataFrame:
                     F.coalesce(F.lag("valid_from_offset").over(w), F.lit(-2)).alias("_p"))
 
 
-def _divergence(samples: DataFrame, changes: DataFrame, bucket: int) -> DataFrame:
-    """``image_divergence`` per sample: changes with ``applied < _v <= log_end`` and ``_p <= applied``,
-    joined on offset buckets of ``bucket`` offsets (each lagging sample exploded over the buckets of
-    its range)."""
-    lagging = samples.where(F.col("log_end_offset") > F.col("applied_offset")).select(
-        "cluster_id", "_sid", "applied_offset", "log_end_offset",
-        F.explode(F.sequence(F.floor((F.col("applied_offset") + 1) / bucket).cast("long"),
-                             F.floor(F.col("log_end_offset") / bucket).cast("long"))).alias("_b"))
-    ch = changes.select("cluster_id", "_v", "_p", F.floor(F.col("_v") / bucket).cast("long").alias("_b"))
-    j = lagging.join(ch, ["cluster_id", "_b"]).where(
-        (F.col("_v") > F.col("applied_offset")) & (F.col("_v") <= F.col("log_end_offset")) & (F.col("_p") <= F.col("applied_offset")))
-    return j.groupBy("cluster_id", "_sid").agg(F.count(F.lit(1)).alias("image_divergence"))
-
-
 def _registration(samples: DataFrame, brokers: DataFrame) -> DataFrame:
     """``registered`` / ``fenced`` of each sample's broker in the image at its ``log_end_offset``
     (brokers have few versions: a broadcast range join)."""
@@ -136,7 +124,8 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     s = s.select(*_KEY, "_sid", "observed_at", "applied_offset", "applied_since", "log_end_offset",
                  offset_lag.alias("offset_lag"), time_lag.alias("time_lag_ms"), stalled.alias("stalled"))
     s = s.join(_registration(s, brokers), ["cluster_id", "_sid"], "left")
-    div = _divergence(s, leader_changes(partitions), bucket_offsets)
+    div = count_changes(s, leader_changes(partitions), "applied_offset", "log_end_offset", "_sid", "image_divergence",
+                        bucket=bucket_offsets)
     s = s.join(div, ["cluster_id", "_sid"], "left")
     return s.select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset", "offset_lag", "time_lag_ms",
                     "stalled", "registered", "fenced",

@@ -9,7 +9,9 @@ delivers published ingest runs, and hands every micro-batch to ``foreachBatch``:
   replayed again from their bronze rows (:func:`kraft_replay.replay.run.run_replay`), then
   ``cache_lag`` (:func:`kraft_replay.outcomes.cache_lag.write_cache_lag`);
 * clusters with only new metric samples: ``broker_applied`` and ``cache_lag`` of those clusters
-  (the versioned tables do not read metrics), for clusters the replay already knows.
+  (the versioned tables do not read metrics), for clusters the replay already knows;
+* then, when the lake holds client request tables and ``broker_applied``, the outcome tables of every
+  touched cluster (:func:`kraft_replay.outcomes.run.write_outcomes`: consistency tokens, fencing).
 
 Every write is a published run that replaces the clusters' rows, so the tables always equal a batch
 replay of the bronze tables as published at some moment: a micro-batch replayed after a crash (Spark
@@ -42,6 +44,7 @@ class StreamReport:
     batches: int = 0
     replays: int = 0
     metric_updates: int = 0
+    outcome_updates: int = 0
     batch_seconds: list[float] = field(default_factory=list)
 
     def line(self) -> str:
@@ -49,7 +52,7 @@ class StreamReport:
             return "replay stream: no new bronze rows"
         s = sorted(self.batch_seconds)
         return (f"replay stream: {self.batches} micro-batch(es), {self.replays} cluster replay(s), "
-                f"{self.metric_updates} metrics-only update(s); seconds per batch p50 {s[len(s) // 2]:.1f}, "
+                f"{self.metric_updates} metrics-only update(s), {self.outcome_updates} outcome update(s); seconds per batch p50 {s[len(s) // 2]:.1f}, "
                 f"max {s[-1]:.1f}")
 
 
@@ -70,6 +73,7 @@ def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | No
 def _micro_batch(spark: SparkSession, lake, batch: DataFrame, batch_id: int, report: StreamReport,  # noqa: ANN001
                  say: Callable[[str], None], lag_bucket: float, image_at: Sequence[int]) -> None:
     from kraft_replay.outcomes.cache_lag import write_cache_lag
+    from kraft_replay.outcomes.run import write_outcomes
     from kraft_replay.replay.run import run_broker_applied, run_replay
 
     t0 = time.time()
@@ -95,6 +99,9 @@ def _micro_batch(spark: SparkSession, lake, batch: DataFrame, batch_id: int, rep
         run_broker_applied(spark, lake, metric_only, say=sub)
         write_cache_lag(lake, metric_only, say=sub, bucket_s=lag_bucket)
         report.metric_updates += len(metric_only)
+    touched = sorted({*log_clusters, *metric_only})
+    if touched and write_outcomes(spark, lake, touched, say=sub) is not None:
+        report.outcome_updates += len(touched)
     report.batches += 1
     report.batch_seconds.append(time.time() - t0)
     say(f"batch {batch_id}: published in {time.time() - t0:.1f} s")

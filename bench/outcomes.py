@@ -1,0 +1,171 @@
+"""Outcomes benchmark (issue 12): the gold tables of seeds 000 and 003 computed by Spark from a replayed
+scenario, and the sequential reference implementations (tests/oracle/) on the same rows, in one run.
+
+    flock /tmp/kraft-heavy.lock .venv/bin/python bench/outcomes.py [--scenario medium] [--requests N]
+        [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
+
+The scenario is generated (``--requests N`` sets both request tables' counts) and replayed once into a
+lake cached in ``--data-dir``. A child process then runs ``kraft-replay outcomes`` one proposal at a
+time (compute + write + publish of ``<proposal>_outcomes`` and ``<proposal>_summary``), printing wall
+time, requests/s and the peak RSS of its process tree; its JVM is gone before the oracles run on the
+same rows (read with delta-rs). Prints the ratio per proposal. Target: ≥ 5× the sequential reference
+(10M metadata + 10M produce requests over a 10M-record log). Speed is measured here, never asserted in
+tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from replay import PeakRss, child_result  # noqa: E402
+
+PROPOSALS = {"consistency": "metadata_requests", "fencing": "produce_requests"}
+
+
+def replayed_lake(args: argparse.Namespace) -> Path:
+    """The scenario (request counts overridden) generated and replayed once, cached in ``--data-dir``."""
+    tag = args.scenario + (f"-r{args.requests}" if args.requests else "")
+    lake = args.data_dir / f"replayed-{tag}"
+    if (lake / "_replayed").exists():
+        return lake
+    scen = yaml.safe_load((ROOT / "conf" / "scenarios" / f"{args.scenario}.yaml").read_text())
+    if args.requests:
+        scen["metadata_requests"]["count"] = scen["produce_requests"]["count"] = args.requests
+    path = args.data_dir / f"{tag}.yaml"
+    path.write_text(yaml.safe_dump(scen))
+    # the local profile with --driver-memory (a 10M-record replay needs more than its 4g)
+    prof = yaml.safe_load((ROOT / "conf" / "local.yaml").read_text())
+    prof["spark"]["driver_memory"] = args.driver_memory
+    prof_path = args.data_dir / "bench-profile.yaml"
+    prof_path.write_text(yaml.safe_dump(prof))
+    cli = [sys.executable, "-m", "kraft_replay.serve.cli", "--lake", str(lake), "--profile", str(prof_path)]
+    for step, marker in ((["generate", "--scenario", str(path)], "_generated"), (["replay"], "_replayed")):
+        if (lake / marker).exists():
+            continue
+        if step[0] == "generate":
+            shutil.rmtree(lake, ignore_errors=True)
+            lake.mkdir(parents=True)
+        t = time.perf_counter()
+        subprocess.run([*cli, *step], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        print(f"{step[0]}: {time.perf_counter() - t:.1f}s", flush=True)
+        (lake / marker).touch()
+    return lake
+
+
+def spark_phase(args: argparse.Namespace, lake_root: Path) -> dict:
+    from kraft_replay.lake import Lake
+    from kraft_replay.outcomes.consistency import load_retry_policy
+    from kraft_replay.outcomes.run import run_outcomes
+    from kraft_replay.spark import get_spark
+
+    spark = get_spark(args.profile, **{"spark.driver.memory": args.driver_memory})
+    lake = Lake(str(lake_root), spark, backend="deltars")
+    out = {}
+    for p, req in PROPOSALS.items():
+        n = lake.read(req).count()
+        with PeakRss() as rss:
+            t = time.perf_counter()
+            s = run_outcomes(spark, lake, only=p, policy=load_retry_policy(), say=lambda line: print(line, flush=True))
+            secs = time.perf_counter() - t
+        out[p] = {"requests": n, "s": secs, "rss": rss.peak, "rows": s.rows}
+        print(f"spark {p}: {n:,} requests in {secs:.1f}s ({n / secs:,.0f}/s), peak RSS {rss.peak / 2**30:.2f} GiB, "
+              f"rows {s.rows}", flush=True)
+    spark.stop()
+    return out
+
+
+def _rows(lake: Path, table: str, where_cols: list[str] | None = None) -> list[dict]:
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(lake / table)).to_pyarrow_table(columns=where_cols).to_pylist()
+
+
+_VERSION = ["cluster_id", "deleted", "valid_from_offset", "valid_to_offset", "valid_from_time", "record_offset"]
+_KEYS = {"partitions": ["topic_id", "partition_id", "leader", "leader_epoch"], "acls": ["id"],
+         "configs": ["resource_type", "resource_name", "name"], "delegation_tokens": ["token_id"],
+         "client_quotas": ["entity_key", "key"], "scram_credentials": ["name", "mechanism"], "brokers": ["broker_id"]}
+
+
+def oracle_phase(lake: Path) -> dict:
+    sys.path.insert(0, str(ROOT / "tests" / "oracle"))
+    import consistency_oracle
+    import fencing_oracle
+
+    from kraft_replay.outcomes.consistency import STALE_DOMAINS, load_retry_policy
+
+    pol = load_retry_policy()
+    out = {}
+    # only the columns the references read: at 10M log records the tables as Python dicts are large
+    common = {"broker_applied": _rows(lake, "broker_applied", ["cluster_id", "broker_id", "from_time", "to_time", "state",
+                                                                "applied_offset"]),
+              "brokers": _rows(lake, "brokers", _VERSION + _KEYS["brokers"]),
+              "log_batches": _rows(lake, "log_batches", ["cluster_id", "batch_base_offset", "batch_last_offset",
+                                                         "append_time"])}
+    with PeakRss() as rss:
+        reqs = _rows(lake, "metadata_requests")
+        domains = {d: _rows(lake, d, _VERSION + _KEYS[d]) for d in STALE_DOMAINS}
+        t = time.perf_counter()
+        rows = consistency_oracle.consistency_outcomes(reqs, common["broker_applied"], common["brokers"],
+                                                       common["log_batches"], domains, pol.max_attempts,
+                                                       pol.retry_backoff_ms, pol.retry_target)
+        consistency_oracle.consistency_summary(rows, reqs)
+        out["consistency"] = {"s": time.perf_counter() - t, "rss": rss.peak}
+    del reqs, domains, rows
+    with PeakRss() as rss:
+        reqs = _rows(lake, "produce_requests")
+        parts = _rows(lake, "partitions", _VERSION + _KEYS["partitions"] + ["replicas", "isr", "leader_recovery_state"])
+        t = time.perf_counter()
+        rows = fencing_oracle.fencing_outcomes(reqs, common["broker_applied"], common["brokers"], common["log_batches"],
+                                               parts)
+        fencing_oracle.fencing_summary(rows)
+        out["fencing"] = {"s": time.perf_counter() - t, "rss": rss.peak}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="medium")
+    ap.add_argument("--requests", type=int, default=None, help="metadata and produce requests each (default: the scenario's)")
+    ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--profile", default="local")
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "kraft-replay-bench-outcomes")
+    ap.add_argument("--oracle-only", action="store_true", help="run the sequential references only")
+    ap.add_argument("--spark-phase", action="store_true", help=argparse.SUPPRESS)  # internal: the child
+    args = ap.parse_args()
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    lake = replayed_lake(args)
+    if args.oracle_only:  # the references alone (e.g. after a Spark run whose figures are known)
+        for p, o in oracle_phase(lake).items():
+            print(f"{p}: sequential reference {o['s']:.1f}s, peak RSS {o['rss'] / 2**30:.2f} GiB")
+        return 0
+    if args.spark_phase:
+        print("RESULT " + json.dumps(spark_phase(args, lake)), flush=True)
+        return 0
+    result = child_result([sys.executable, __file__, *sys.argv[1:], "--spark-phase"])
+    if result is None:
+        return 1
+    if args.no_oracle:
+        return 0
+    oracle = oracle_phase(lake)
+    for p, r in result.items():
+        o = oracle[p]
+        print(f"{p}: spark {r['s']:.1f}s ({r['requests'] / r['s']:,.0f} requests/s, peak RSS {r['rss'] / 2**30:.2f} GiB); "
+              f"sequential reference {o['s']:.1f}s ({r['requests'] / o['s']:,.0f}/s, peak RSS {o['rss'] / 2**30:.2f} GiB); "
+              f"spark is {o['s'] / r['s']:.2f}x the reference")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

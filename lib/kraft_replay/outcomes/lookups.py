@@ -1,0 +1,130 @@
+"""As-of lookups the outcome tables share (docs/design.md, "Shared lookups of the outcome tables").
+
+Each lookup adds columns to a frame of request rows by a window over the union of the request rows
+and the looked-up rows, ordered per key (by time or by offset): a sort per key, never a cross join and
+no fan-out. Looked-up rows sort before request rows at the same position, so a version starting at an
+offset (or an interval starting at a time) counts for a request at exactly that offset (time).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+__all__ = ["applied_at", "log_end_at", "partition_at", "known_brokers", "log_span", "batch_time_at", "entity_changes",
+           "count_changes"]
+
+_K = "_lk_kind"  # 0: looked-up row, 1: request row
+_POS = "_lk_pos"
+_VAL = "_lk_val"
+
+
+def _as_of(rows: DataFrame, found: DataFrame, keys: list[str], pos: Column, found_pos: str,
+           tie: list[str] | None = None) -> DataFrame:
+    """``rows`` with ``_lk_val``: the ``_lk_val`` struct of the last ``found`` row at or before each
+    row's position ``pos`` in ``keys`` (``found`` has ``keys``, ``found_pos`` and ``_lk_val``;
+    ``tie`` orders found rows at one position)."""
+    r = rows.select("*", pos.alias(_POS), F.lit(1).alias(_K))
+    f = found.select(*keys, F.col(found_pos).alias(_POS), F.lit(0).alias(_K), _VAL, *(tie or []))
+    order = [_POS, _K, *(tie or [])]
+    w = Window.partitionBy(*keys).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
+    u = r.unionByName(f.withColumnRenamed(_VAL, "_lk_found"), allowMissingColumns=True) \
+        .select("*", F.last("_lk_found", ignorenulls=True).over(w).alias(_VAL))
+    drop = [c for c in ("_lk_found", *(tie or [])) if c not in rows.columns]
+    return u.where(F.col(_K) == 1).drop(_K, *drop)
+
+
+def applied_at(rows: DataFrame, broker_applied: DataFrame, time: str, broker: str, out: str = "applied_offset") -> DataFrame:
+    """Facts §9.1: column ``out`` = the applied offset of broker ``rows[broker]`` at ``rows[time]``: the
+    ``broker_applied`` interval with ``from_time <= t < to_time`` (open when ``to_time`` is null);
+    null in a ``NO_SAMPLES`` interval or before the broker's first sample."""
+    f = broker_applied.select(
+        "cluster_id", F.col("broker_id").alias(broker), F.unix_micros("from_time").alias("_from"),
+        F.struct(F.when(F.col("state") == "APPLIED", F.col("applied_offset")).alias("o"),
+                 F.unix_micros("to_time").alias("to")).alias(_VAL))
+    j = _as_of(rows, f, ["cluster_id", broker], F.unix_micros(F.col(time)), "_from")
+    v = F.col(_VAL)
+    ok = v.isNotNull() & (v.to.isNull() | (F.col(_POS) < v.to))
+    return j.select(*rows.columns, F.when(ok, v.o).cast("long").alias(out))
+
+
+def log_end_at(rows: DataFrame, log_batches: DataFrame, time: str, out: str = "log_end_offset") -> DataFrame:
+    """Column ``out``: the end of the replayed log at ``rows[time]`` — the largest ``batch_last_offset``
+    of the batches appended at or before it (-1 before any; append times need not grow with offsets)."""
+    wb = Window.partitionBy("cluster_id").orderBy("_t", "batch_last_offset").rowsBetween(Window.unboundedPreceding, 0)
+    ends = log_batches.select("cluster_id", F.unix_micros("append_time").alias("_t"), "batch_last_offset") \
+        .select("cluster_id", "_t", "batch_last_offset", F.max("batch_last_offset").over(wb).alias("_end"))
+    f = ends.select("cluster_id", "_t", "batch_last_offset", F.struct(F.col("_end").alias("e")).alias(_VAL))
+    j = _as_of(rows, f, ["cluster_id"], F.unix_micros(F.col(time)), "_t", tie=["batch_last_offset"])
+    return j.select(*rows.columns, F.coalesce(F.col(_VAL).e, F.lit(-1)).cast("long").alias(out))
+
+
+def partition_at(rows: DataFrame, partitions: DataFrame, offset: str, fields: dict[str, str],
+                 exists: str) -> DataFrame:
+    """Facts §5.2: the ``partitions`` version of ``rows``' (``topic_id``, ``partition_id``) visible at
+    offset ``rows[offset]`` (``valid_from <= O < valid_to``; versions never visible skipped). Adds
+    ``exists`` (a live version, not a tombstone) and each ``fields`` item ``partitions column -> output
+    column`` (null when absent), plus ``<exists>_since`` (the visible version's ``valid_from_time``,
+    a tombstone's included: when the partition was deleted)."""
+    vis = partitions.where(F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("valid_from_offset")))
+    f = vis.select("cluster_id", "topic_id", "partition_id", "valid_from_offset", "record_offset",
+                   F.struct(F.col("valid_to_offset").alias("to"), F.col("deleted").alias("deleted"),
+                            F.col("valid_from_time").alias("since"),
+                            *[F.col(c).alias(c) for c in fields]).alias(_VAL))
+    j = _as_of(rows, f, ["cluster_id", "topic_id", "partition_id"], F.col(offset), "valid_from_offset",
+               tie=["record_offset"])
+    v = F.col(_VAL)
+    visible = v.isNotNull() & (v.to.isNull() | (F.col(_POS) < v.to))
+    live = visible & ~v.deleted
+    return j.select(*rows.columns, F.coalesce(live, F.lit(False)).alias(exists),
+                    *[F.when(live, v[c]).alias(o) for c, o in fields.items()],
+                    F.when(visible, v.since).alias(f"{exists}_since"))
+
+
+def known_brokers(brokers: DataFrame) -> DataFrame:
+    """The cluster's known brokers: ``cluster_id``, ``broker_id`` of every broker with a version."""
+    return brokers.select("cluster_id", "broker_id").distinct()
+
+
+def log_span(log_batches: DataFrame, broker_applied: DataFrame) -> DataFrame:
+    """Per cluster, ``span_start`` (first batch append time) and ``span_end`` (the later of the last
+    batch append time and the last ``broker_applied.from_time``)."""
+    b = log_batches.groupBy("cluster_id").agg(F.min("append_time").alias("span_start"), F.max("append_time").alias("_lb"))
+    a = broker_applied.groupBy("cluster_id").agg(F.max("from_time").alias("_la"))
+    return b.join(a, "cluster_id", "left").select(
+        "cluster_id", "span_start", F.greatest("_lb", F.coalesce("_la", "_lb")).alias("span_end"))
+
+
+def batch_time_at(rows: DataFrame, log_batches: DataFrame, offset: str, out: str) -> DataFrame:
+    """Column ``out``: the append time of the batch holding ``rows[offset]`` (the batch with the largest
+    ``batch_base_offset <= offset``); null for a negative or null offset."""
+    f = log_batches.select("cluster_id", "batch_base_offset", F.struct(F.col("append_time").alias("t")).alias(_VAL))
+    j = _as_of(rows, f, ["cluster_id"], F.col(offset), "batch_base_offset")
+    return j.select(*rows.columns, F.when(F.col(offset) >= 0, F.col(_VAL).t).alias(out))
+
+
+def entity_changes(versions: DataFrame, keys: list[str]) -> DataFrame:
+    """The visible versions of a versioned table as changes: ``cluster_id``, ``_v`` (the version's
+    offset) and ``_p`` (the entity's previous visible version's offset; -2 for its first), for
+    :func:`count_changes`."""
+    vis = versions.where(F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("valid_from_offset")))
+    w = Window.partitionBy("cluster_id", *keys).orderBy("valid_from_offset", "record_offset")
+    return vis.select("cluster_id", F.col("valid_from_offset").alias("_v"),
+                      F.coalesce(F.lag("valid_from_offset").over(w), F.lit(-2)).alias("_p"))
+
+
+def count_changes(rows: DataFrame, changes: DataFrame, lo: str, hi: str, row_id: str, out: str,
+                  on: list[str] | None = None, bucket: int = 4096) -> DataFrame:
+    """Per row with ``lo < hi``: column ``out`` = how many entities changed in (``lo``, ``hi``] — the
+    changes (:func:`entity_changes`, ``cluster_id``, ``_v``, ``_p`` and the ``on`` columns) with
+    ``lo < _v <= hi`` and ``_p <= lo``: the first change of each entity after ``lo``, so each entity
+    once. An equi-join on offset buckets of ``bucket`` offsets (each row exploded over the buckets
+    its range covers), never a cross join. Returns ``cluster_id``, ``row_id``, ``out`` for the rows
+    with at least one change."""
+    keys = ["cluster_id", *(on or [])]
+    r = rows.where(F.col(hi) > F.col(lo)).select(
+        *keys, row_id, lo, hi,
+        F.explode(F.sequence(F.floor((F.col(lo) + 1) / bucket).cast("long"), F.floor(F.col(hi) / bucket).cast("long"))).alias("_b"))
+    ch = changes.select(*keys, "_v", "_p", F.floor(F.col("_v") / bucket).cast("long").alias("_b"))
+    j = r.join(ch, [*keys, "_b"]).where((F.col("_v") > F.col(lo)) & (F.col("_v") <= F.col(hi)) & (F.col("_p") <= F.col(lo)))
+    return j.groupBy("cluster_id", row_id).agg(F.count(F.lit(1)).alias(out))

@@ -1,0 +1,155 @@
+"""``run_outcomes``: the batch job of the proposals' outcome tables (gold) — ``consistency_outcomes`` /
+``consistency_summary`` from ``metadata_requests`` (seed 000) and ``fencing_outcomes`` /
+``fencing_summary`` from ``produce_requests`` (seed 003), over the replay's tables.
+
+One lake run: each table is created if missing (partitioned by ``cluster_id``), the clusters' rows are
+replaced, and all written tables are published at once — readers see the previous outcomes until then.
+A request table missing from the lake skips its proposal (said in the summary); replay output missing
+is an :class:`OutcomesError` naming the command to run first.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kraft_replay.outcomes.consistency import (
+    STALE_DOMAINS, RetryPolicy, consistency_outcomes, consistency_summary,
+)
+from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
+
+__all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
+
+#: proposal -> (request table, its outcome tables)
+PROPOSALS = {
+    "consistency": ("metadata_requests", ("consistency_outcomes", "consistency_summary")),
+    "fencing": ("produce_requests", ("fencing_outcomes", "fencing_summary")),
+}
+OUTCOME_TABLES = tuple(t for _, ts in PROPOSALS.values() for t in ts)
+_REPLAY_INPUTS = ("log_batches", "log_commit", "brokers", "partitions", "broker_applied")
+
+
+class OutcomesError(Exception):
+    """Bad input for the outcomes job (one line: what is missing and how to make it)."""
+
+
+@dataclass
+class OutcomesSummary:
+    run_id: str
+    clusters: list[str]
+    rows: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        out = [f"outcomes {self.run_id}: {len(self.clusters)} cluster(s) ({', '.join(self.clusters)}) in {self.seconds:.1f} s"]
+        for name, n in self.rows.items():
+            out.append(f"  {name}: {n:,} rows")
+        for table, by in self.counts.items():
+            out.append(f"  {table}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(by.items())))
+        for proposal, why in self.skipped.items():
+            out.append(f"  {proposal}: skipped ({why})")
+        if self.rows:
+            out.append(f"  published: run {self.run_id} ({len(self.rows)} tables): visible to readers")
+        return out
+
+
+def _clusters(lake, cluster_id: str | None, clusters: list[str] | None) -> list[str]:  # noqa: ANN001
+    have = sorted(r["cluster_id"] for r in lake.read("log_commit").select("cluster_id").distinct().collect())
+    if clusters is not None:
+        return [c for c in clusters if c in have]
+    if cluster_id is None:
+        if not have:
+            raise OutcomesError(f"lake {lake.root}: no replayed cluster: run `kraft-replay replay --lake {lake.root}` first")
+        return have
+    if cluster_id not in have:
+        raise OutcomesError(f"cluster {cluster_id!r} has not been replayed in lake {lake.root} (replayed: "
+                            f"{', '.join(have) or 'none'}): run `kraft-replay replay --lake {lake.root}` first")
+    return [cluster_id]
+
+
+def write_outcomes(spark: SparkSession, lake, clusters: list[str],  # noqa: ANN001 - a Lake
+                   say: Callable[[str], None] = lambda s: None) -> OutcomesSummary | None:
+    """The streaming job's step: :func:`run_outcomes` for ``clusters`` with the default policy when the
+    lake has what it needs (replay tables with ``broker_applied`` and a request table); None otherwise."""
+    if not all(lake.exists(t) for t in _REPLAY_INPUTS) or not any(lake.exists(r) for r, _ in PROPOSALS.values()):
+        return None
+    from kraft_replay.outcomes.consistency import load_retry_policy
+
+    return run_outcomes(spark, lake, clusters=clusters, policy=load_retry_policy(), say=say)
+
+
+def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
+                 policy: RetryPolicy | None = None, only: str | None = None,
+                 say: Callable[[str], None] = lambda s: None, clusters: list[str] | None = None) -> OutcomesSummary:
+    """Compute and publish the outcome tables for ``cluster_id`` (default: every replayed cluster; or
+    the replayed ones of ``clusters``); ``only`` limits the run to one proposal (``consistency`` |
+    ``fencing``)."""
+    from kraft_replay.replay.run import cluster_where
+
+    if only is not None and only not in PROPOSALS:
+        raise OutcomesError(f"unknown proposal {only!r}; known: {', '.join(PROPOSALS)}")
+    missing = [t for t in _REPLAY_INPUTS if not lake.exists(t)]
+    if missing:
+        hint = ("it needs broker metrics: `kraft-replay ingest-metrics ... --lake DIR`, then `kraft-replay replay`"
+                if missing[0] == "broker_applied" else f"run `kraft-replay replay --lake {lake.root}` first")
+        raise OutcomesError(f"lake {lake.root}: table {missing[0]} is missing: {hint}")
+    t0 = time.monotonic()
+    clusters = _clusters(lake, cluster_id, clusters)
+    if not clusters:
+        raise OutcomesError(f"lake {lake.root}: none of the clusters has been replayed")
+    where = cluster_where(clusters)
+    summary = OutcomesSummary("outcomes-" + uuid.uuid4().hex[:12], clusters)
+    chosen = {p: v for p, v in PROPOSALS.items() if only in (None, p)}
+    for p, (req, _) in list(chosen.items()):
+        if not lake.exists(req):
+            summary.skipped[p] = f"the lake has no {req} table"
+            del chosen[p]
+    if not chosen:
+        raise OutcomesError(f"lake {lake.root}: no request table ({', '.join(v[0] for v in PROPOSALS.values())}): "
+                            "ingest or generate client requests first")
+    read = lambda t: lake.read(t, where=where)  # noqa: E731
+    frames: dict[str, DataFrame] = {}
+    if "consistency" in chosen:
+        say("  consistency tokens (seed 000) ...")
+        req = read("metadata_requests")
+        domains = {d: read(d) for d in STALE_DOMAINS if lake.exists(d)}
+        out = consistency_outcomes(req, read("broker_applied"), read("brokers"), read("log_batches"), domains,
+                                   policy=policy, say=say).localCheckpoint(eager=True)
+        frames["consistency_outcomes"] = out
+        frames["consistency_summary"] = consistency_summary(out, req).localCheckpoint(eager=True)
+        summary.counts["consistency_outcomes"] = _by(out.where(F.col("final")), "policy", "outcome")
+    if "fencing" in chosen:
+        say("  produce leader-epoch fencing (seed 003) ...")
+        out = fencing_outcomes(read("produce_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
+                               read("partitions")).localCheckpoint(eager=True)
+        frames["fencing_outcomes"] = out
+        frames["fencing_summary"] = fencing_summary(out).localCheckpoint(eager=True)
+        coded = lambda c: F.coalesce(c, F.col("outcome_code")).alias("o")  # noqa: E731
+        summary.counts["fencing_outcomes"] = {
+            **_by(out.select(coded(F.col("outcome_without_check"))), "o", prefix="without check: "),
+            **_by(out.select(coded(F.col("outcome_with_check"))), "o", prefix="with check: ")}
+    lake.start_run(summary.run_id, list(frames))
+    try:
+        for name, df in frames.items():
+            lake.create_table(name, df.schema, partition_by=["cluster_id"])
+            r = lake.overwrite(name, df, replace_where=where)
+            summary.rows[name] = r.rows
+            say(f"  {name}: {r.rows:,} rows (v{r.version})")
+        lake.publish(list(frames), summary.run_id)
+    except BaseException:
+        lake.end_run()
+        raise
+    summary.seconds = time.monotonic() - t0
+    return summary
+
+
+def _by(df: DataFrame, *cols: str, prefix: str = "") -> dict[str, int]:
+    rows = df.groupBy(*cols).count().collect()
+    return {prefix + "/".join(str(r[c]) for c in cols): int(r["count"]) for r in rows}

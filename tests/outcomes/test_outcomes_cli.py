@@ -1,0 +1,61 @@
+"""``kraft-replay outcomes``: the four gold tables published in one run from a replayed lake, a
+summary on stdout, one-line errors (exit 2, nothing published) for a lake without replay, an unknown
+cluster and a bad policy file; ``--only`` writes one proposal's tables."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import pytest
+from chispa import assert_df_equality
+
+from kraft_replay.lake import Lake
+from kraft_replay.outcomes.consistency import RetryPolicy, STALE_DOMAINS, consistency_outcomes
+from kraft_replay.outcomes.run import OUTCOME_TABLES
+from kraft_replay.serve.cli import main
+
+
+def test_outcomes_publishes_the_four_tables(spark, replayed_tiny, capsys, tmp_path) -> None:
+    lake = replayed_tiny
+    policy = tmp_path / "p.yaml"
+    policy.write_text("max_attempts: 2\nretry_backoff_ms: 250\nretry_target: same\n")
+    assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert "consistency_outcomes: " in out and "fencing_summary: " in out and "visible to readers" in out
+    published = lake.published_versions()
+    assert all(t in published for t in OUTCOME_TABLES), published
+    got = lake.read("consistency_outcomes")
+    want = consistency_outcomes(lake.read("metadata_requests"), lake.read("broker_applied"), lake.read("brokers"),
+                                lake.read("log_batches"), {d: lake.read(d) for d in STALE_DOMAINS},
+                                RetryPolicy(2, 250, "same"))
+    assert got.agg({"attempt": "max"}).first()[0] == 1  # the policy file was used
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+    before = lake.published_versions()
+    # --only fencing: the fencing tables get a new version, the consistency ones keep theirs
+    assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "fencing"]) == 0
+    after = lake.published_versions()
+    assert after["fencing_outcomes"] > before["fencing_outcomes"]
+    assert after["consistency_outcomes"] == before["consistency_outcomes"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cluster-id", "nOsUcHcLuStEr"], "cluster 'nOsUcHcLuStEr' has not been replayed in lake"),
+    (["--policy", "/nonexistent/p.yaml"], "--policy: [Errno 2] No such file or directory"),
+    (["--only", "tokens"], "argument --only: invalid choice: 'tokens'"),
+])
+def test_bad_input_is_one_line(spark, replayed_tiny, capsys, args, message) -> None:
+    before = replayed_tiny.published_versions()
+    with pytest.raises(SystemExit) if args[0] == "--only" else nullcontext():
+        code = main(["--profile", "test", "outcomes", "--lake", replayed_tiny.root, *args])
+        assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert replayed_tiny.published_versions() == before
+
+
+def test_a_lake_without_replay_names_the_command_to_run(spark, tmp_path, capsys) -> None:
+    Lake(str(tmp_path / "empty"), spark, backend="deltars")
+    assert main(["--profile", "test", "outcomes", "--lake", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "table log_batches is missing: run `kraft-replay replay --lake" in err[0]
+
