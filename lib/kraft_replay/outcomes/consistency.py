@@ -166,15 +166,20 @@ def _waits(stale: DataFrame, broker_applied: DataFrame) -> DataFrame:
                                                F.min_by("applied_offset", "_from").alias("_found_offset"))
 
 
-def _evaluate(attempts: DataFrame, responses: DataFrame, broker_applied: DataFrame, known: DataFrame,
-              span: DataFrame) -> DataFrame:
-    """One round: each attempt's token from ``responses`` (the previous round's), its outcome (rules
-    1-6 of the module docstring), wait and response."""
-    a = _seen(attempts, responses)
-    a = a.join(F.broadcast(known.select("cluster_id", F.col("broker_id").alias("target_broker"),
-                                        F.lit(True).alias("_known"))), ["cluster_id", "target_broker"], "left")
+def _prepare(attempts: DataFrame, broker_applied: DataFrame, known: DataFrame, span: DataFrame) -> DataFrame:
+    """What an attempt's outcome needs besides its token (it depends on no other answer, so each
+    attempt is looked up once): ``_known`` (its target is a known broker), the log span, the target's
+    ``applied_offset`` at the attempt time."""
+    a = attempts.join(F.broadcast(known.select("cluster_id", F.col("broker_id").alias("target_broker"),
+                                               F.lit(True).alias("_known"))), ["cluster_id", "target_broker"], "left")
     a = a.join(F.broadcast(span), "cluster_id", "left")
-    a = applied_at(a, broker_applied, "attempt_time", "target_broker")
+    return applied_at(a, broker_applied, "attempt_time", "target_broker")
+
+
+def _evaluate(attempts: DataFrame, responses: DataFrame, broker_applied: DataFrame) -> DataFrame:
+    """One round: each (prepared) attempt's token from ``responses`` (the previous round's), its outcome
+    (rules 1-6 of the module docstring), wait and response."""
+    a = _seen(attempts, responses)
     token = F.when((F.col("policy") != "none") & F.col("uses_consistency_token"), F.col("seen_offset")).otherwise(F.lit(-1))
     a = a.select("*", token.cast("long").alias("token_sent"),
                  F.xxhash64("cluster_id", "request_id", "policy", "attempt").alias("_aid"))
@@ -217,7 +222,8 @@ def _next_broker(known: DataFrame) -> DataFrame:
     return known.select("cluster_id", "broker_id", F.coalesce(F.lead("broker_id").over(w), first).alias("next_broker"))
 
 
-def _retries(evaluated: DataFrame, policy: RetryPolicy, nxt: DataFrame) -> DataFrame:
+def _retries(evaluated: DataFrame, policy: RetryPolicy, nxt: DataFrame, broker_applied: DataFrame, known: DataFrame,
+             span: DataFrame) -> DataFrame:
     """Seed 000 "Clients": a ``STALE_METADATA`` attempt is retried ``retry_backoff_ms`` after its answer,
     to the same or the next broker, until ``max_attempts``."""
     s = evaluated.where((F.col("outcome") == "STALE_METADATA") & (F.col("attempt") + 1 < policy.max_attempts))
@@ -230,7 +236,7 @@ def _retries(evaluated: DataFrame, policy: RetryPolicy, nxt: DataFrame) -> DataF
     cols["attempt"] = (F.col("attempt") + 1).cast("int")
     cols["attempt_time"] = F.timestamp_micros(_ms(F.col("response_time")) + policy.retry_backoff_ms * 1000)
     cols["target_broker"] = target.cast("int")
-    return s.select(*[v.alias(k) for k, v in cols.items()])
+    return _prepare(s.select(*[v.alias(k) for k, v in cols.items()]), broker_applied, known, span)
 
 
 def _checksum(df: DataFrame) -> tuple[int, int]:
@@ -323,14 +329,15 @@ def _consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, broker
     # Attempts that send no token (policy none, clients without tokens) never depend on other answers and
     # are never retried; their scopes hold only them: two passes (answers, then what each had seen).
     tokens = (F.col("policy") != "none") & F.col("uses_consistency_token")
+    firsts = _prepare(firsts, broker_applied, known, span).localCheckpoint(eager=True)
     fixed = firsts.where(~tokens)
-    fixed = _evaluate(fixed, _evaluate(fixed, empty, broker_applied, known, span), broker_applied, known, span) \
-        .localCheckpoint(eager=True)
+    fixed = _evaluate(fixed, _evaluate(fixed, empty, broker_applied), broker_applied).localCheckpoint(eager=True)
     firsts = firsts.where(tokens)
     prev, prev_sum = empty, None
     for rnd in range(1, MAX_ROUNDS + 1):
-        attempts = firsts if rnd == 1 else firsts.unionByName(_retries(prev, policy, nxt))
-        cur = _evaluate(attempts, prev, broker_applied, known, span).localCheckpoint(eager=True)
+        attempts = firsts if rnd == 1 else firsts.unionByName(
+            _retries(prev, policy, nxt, broker_applied, known, span))
+        cur = _evaluate(attempts, prev, broker_applied).localCheckpoint(eager=True)
         cur_sum = _checksum(cur)
         say(f"  consistency round {rnd}: {cur_sum[0]:,} token attempts")
         if cur_sum == prev_sum:
