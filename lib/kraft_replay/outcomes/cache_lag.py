@@ -30,7 +30,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kraft_replay.outcomes.lookups import count_changes
+from kraft_replay.outcomes.lookups import count_changes, log_end_at
 
 __all__ = ["sample_lag", "cache_lag", "write_cache_lag", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
 
@@ -46,19 +46,6 @@ _KEY = ["cluster_id", "broker_id"]
 
 def _us(c: Column) -> Column:
     return F.unix_micros(c)
-
-
-def _log_end(samples: DataFrame, batches: DataFrame) -> DataFrame:
-    """``log_end_offset`` of each sample: the running max of batch last offsets over batches and
-    samples in time order (a batch appended at the sample's time counts)."""
-    b = batches.select("cluster_id", F.lit(None).cast("int").alias("broker_id"), _us(F.col("append_time")).alias("_t"),
-                       F.lit(0).alias("_k"), F.col("batch_last_offset").alias("_end"), F.lit(None).cast("long").alias("_sid"))
-    s = samples.select("cluster_id", "broker_id", _us(F.col("observed_at")).alias("_t"), F.lit(1).alias("_k"),
-                       F.lit(None).cast("long").alias("_end"), "_sid")
-    w = Window.partitionBy("cluster_id").orderBy("_t", "_k").rowsBetween(Window.unboundedPreceding, 0)
-    u = b.unionByName(s).select("*", F.max("_end").over(w).alias("log_end_offset"))
-    return u.where(F.col("_k") == 1).select("cluster_id", "_sid", F.coalesce("log_end_offset", F.lit(-1)).cast("long")
-                                            .alias("log_end_offset"))
 
 
 def _next_unapplied(samples: DataFrame, batches: DataFrame) -> DataFrame:
@@ -115,7 +102,7 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     s = s.select(*_KEY, "observed_at", "applied_offset",
                  F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"),
                  F.xxhash64(*_KEY, "observed_at").alias("_sid"))
-    s = s.join(_log_end(s, batches), ["cluster_id", "_sid"]).join(_next_unapplied(s, batches), ["cluster_id", "_sid"])
+    s = log_end_at(s, batches, "observed_at").join(_next_unapplied(s, batches), ["cluster_id", "_sid"])
     offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
     obs = _us(F.col("observed_at"))
     time_lag = F.when(F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),

@@ -40,6 +40,7 @@ from kraft_replay.outcomes.cache_lag import leader_changes
 from kraft_replay.outcomes.lookups import (
     applied_at, batch_time_at, count_changes, entity_changes, known_brokers, log_span,
 )
+from kraft_replay.replay.schemas import SILVER_TABLES
 
 __all__ = [
     "CACHE_READ_KEYS", "DOMAIN_OF_KEY", "POLICIES", "RetryPolicy", "load_retry_policy", "first_attempts",
@@ -108,7 +109,7 @@ def load_retry_policy(path: str | Path | None = None) -> RetryPolicy:
         raise ValueError(f"{p}: {e}") from None
 
 
-def _ms(c: Column) -> Column:
+def _us(c: Column) -> Column:
     return F.unix_micros(c)
 
 
@@ -137,10 +138,10 @@ _ATTEMPT_COLUMNS = ["cluster_id", "request_id", "policy", "attempt", "attempt_ti
 def _seen(attempts: DataFrame, responses: DataFrame) -> DataFrame:
     """``seen_offset``: the largest response token (>= 0) of the scope's ``responses`` (same policy)
     received strictly before each attempt (at one instant attempts sort before responses); -1."""
-    a = attempts.select("*", _ms(F.col("attempt_time")).alias("_t"), F.lit(0).alias("_k"),
+    a = attempts.select("*", _us(F.col("attempt_time")).alias("_t"), F.lit(0).alias("_k"),
                         F.lit(None).cast("long").alias("_tok"))
     r = responses.where(F.col("response_token") >= 0).select(
-        "cluster_id", "policy", "scope", _ms(F.col("response_time")).alias("_t"), F.lit(1).alias("_k"),
+        "cluster_id", "policy", "scope", _us(F.col("response_time")).alias("_t"), F.lit(1).alias("_k"),
         F.col("response_token").alias("_tok"))
     w = Window.partitionBy("cluster_id", "policy", "scope").orderBy("_t", "_k").rowsBetween(Window.unboundedPreceding, 0)
     u = a.unionByName(r, allowMissingColumns=True).select("*", F.max("_tok").over(w).alias("_seen"))
@@ -152,14 +153,14 @@ def _waits(stale: DataFrame, broker_applied: DataFrame) -> DataFrame:
     the earliest ``APPLIED`` interval of the target starting in (t, t + timeout] with an offset >= the
     token — an equi-join on 1 s buckets (each attempt exploded over the buckets of its timeout)."""
     b = WAIT_BUCKET_MS * 1000
-    t = _ms(F.col("attempt_time"))
+    t = _us(F.col("attempt_time"))
     s = stale.select("cluster_id", "_aid", "target_broker", "token_sent", t.alias("_t"),
                      (t + F.col("request_timeout_ms") * 1000).alias("_end"),
                      F.explode(F.sequence(F.floor(t / b).cast("long"),
                                           F.floor((t + F.col("request_timeout_ms") * 1000) / b).cast("long"))).alias("_b"))
     iv = broker_applied.where(F.col("state") == "APPLIED").select(
-        "cluster_id", F.col("broker_id").alias("target_broker"), _ms(F.col("from_time")).alias("_from"),
-        "applied_offset", F.floor(_ms(F.col("from_time")) / b).cast("long").alias("_b"))
+        "cluster_id", F.col("broker_id").alias("target_broker"), _us(F.col("from_time")).alias("_from"),
+        "applied_offset", F.floor(_us(F.col("from_time")) / b).cast("long").alias("_b"))
     j = s.join(iv, ["cluster_id", "target_broker", "_b"]).where(
         (F.col("_from") > F.col("_t")) & (F.col("_from") <= F.col("_end")) & (F.col("applied_offset") >= F.col("token_sent")))
     return j.groupBy("cluster_id", "_aid").agg(F.min("_from").alias("_found_us"),
@@ -197,11 +198,11 @@ def _evaluate(attempts: DataFrame, responses: DataFrame, broker_applied: DataFra
     is_wait = (F.col("_code") == "STALE_METADATA") & (F.col("policy") == "wait")
     found = is_wait & F.col("_found_us").isNotNull()
     outcome = F.when(found, F.lit("ADMITTED_AFTER_WAIT")).otherwise(F.col("_code"))
-    wait_ms = (F.when(found, F.floor((F.col("_found_us") - _ms(t)) / 1000))
+    wait_ms = (F.when(found, F.floor((F.col("_found_us") - _us(t)) / 1000))
                .when(is_wait, F.col("request_timeout_ms")).otherwise(F.lit(0))).cast("long")
     a = a.select("*", outcome.alias("outcome"), wait_ms.alias("wait_ms"))
     # response time: the found interval's start exactly (µs), else t + wait
-    resp_us = F.when(found, F.col("_found_us")).otherwise(_ms(t) + F.col("wait_ms") * 1000)
+    resp_us = F.when(found, F.col("_found_us")).otherwise(_us(t) + F.col("wait_ms") * 1000)
     a = a.select("*", F.timestamp_micros(resp_us.cast("long")).alias("response_time"))
     timed_out = is_wait & ~found
     late = applied_at(a.where(timed_out).select("cluster_id", "_aid", "target_broker", "response_time"),
@@ -234,7 +235,7 @@ def _retries(evaluated: DataFrame, policy: RetryPolicy, nxt: DataFrame, broker_a
         target = F.col("target_broker")
     cols = {c: F.col(c) for c in _ATTEMPT_COLUMNS}
     cols["attempt"] = (F.col("attempt") + 1).cast("int")
-    cols["attempt_time"] = F.timestamp_micros(_ms(F.col("response_time")) + policy.retry_backoff_ms * 1000)
+    cols["attempt_time"] = F.timestamp_micros(_us(F.col("response_time")) + policy.retry_backoff_ms * 1000)
     cols["target_broker"] = target.cast("int")
     return _prepare(s.select(*[v.alias(k) for k, v in cols.items()]), broker_applied, known, span)
 
@@ -266,7 +267,7 @@ def _violations(rows: DataFrame, log_batches: DataFrame, domains: dict[str, Data
     for name, df in domains.items():
         if name == "partitions":
             changes.append(leader_changes(df).select("cluster_id", "_v", "_p", F.lit("partitions_leader").alias("_domain")))
-        keys = _ENTITY_KEYS[name]
+        keys = list(SILVER_TABLES[name].key_names)
         changes.append(entity_changes(df, keys).select("cluster_id", "_v", "_p", F.lit(name).alias("_domain")))
     counted = None
     if changes:
@@ -274,7 +275,7 @@ def _violations(rows: DataFrame, log_batches: DataFrame, domains: dict[str, Data
         for c in changes[1:]:
             ch = ch.unionByName(c)
         counted = count_changes(v, ch, "response_token", "seen_offset", "_aid", "stale_entities", on=["_domain"])
-    ms_older = F.greatest(F.floor((_ms(F.col("_seen_t")) - _ms(F.col("_resp_t"))) / 1000), F.lit(0)).cast("long")
+    ms_older = F.greatest(F.floor((_us(F.col("_seen_t")) - _us(F.col("_resp_t"))) / 1000), F.lit(0)).cast("long")
     v = v.select("cluster_id", "_aid", ms_older.alias("ms_older"))
     if counted is not None:
         v = v.join(counted, ["cluster_id", "_aid"], "left")
@@ -288,11 +289,6 @@ def _violations(rows: DataFrame, log_batches: DataFrame, domains: dict[str, Data
         F.when(is_v, F.col("ms_older")).alias("ms_older"),
         F.when(is_v, dom[F.col("api_key")]).alias("stale_domain"),
         F.when(is_v, F.coalesce(F.col("stale_entities"), F.lit(0))).cast("long").alias("stale_entities"))
-
-
-_ENTITY_KEYS = {"partitions": ["topic_id", "partition_id"], "acls": ["id"], "configs": ["resource_type", "resource_name", "name"],
-                "delegation_tokens": ["token_id"], "client_quotas": ["entity_key", "key"],
-                "scram_credentials": ["name", "mechanism"], "brokers": ["broker_id"]}
 
 
 def consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, log_batches: DataFrame,
@@ -379,7 +375,7 @@ def consistency_summary(outcomes: DataFrame, requests: DataFrame) -> DataFrame:
     last = o.where("final").select("cluster_id", "request_id", "policy", F.col("response_time").alias("_resp"))
     req = requests.select("cluster_id", "request_id", "request_time")
     lat = first.join(last, ["cluster_id", "request_id", "policy"]).join(req, ["cluster_id", "request_id"])
-    lat = lat.select(*key, F.floor((_ms(F.col("_resp")) - _ms(F.col("request_time"))) / 1000).cast("long")
+    lat = lat.select(*key, F.floor((_us(F.col("_resp")) - _us(F.col("request_time"))) / 1000).cast("long")
                      .alias("_lat"))
     lg = lat.groupBy(*key).agg(pct(F.col("_lat"), 0.5).alias("latency_ms_p50"), pct(F.col("_lat"), 0.99).alias("latency_ms_p99"),
                                F.max("_lat").alias("latency_ms_max"))
