@@ -1,8 +1,9 @@
-"""Outcomes benchmark (issue 12): the gold tables of seeds 000 and 003 computed by Spark from a replayed
-scenario, and the sequential reference implementations (tests/oracle/) on the same rows, in one run.
+"""Outcomes benchmark (issues 12, 13): the gold tables of seeds 000, 003, 004/001 and 002 computed by Spark
+from a replayed scenario, and the sequential reference implementations (tests/oracle/) on the same rows,
+in one run; and the latency of the what-if checker (``kraft-replay features check``) on that lake.
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/outcomes.py [--scenario medium] [--requests N]
-        [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
+        [--only consistency,fencing,features,broker_states] [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
 
 The scenario is generated (``--requests N`` sets both request tables' counts) and replayed once into a
 lake cached in ``--data-dir``. A child process then runs ``kraft-replay outcomes`` one proposal at a
@@ -30,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from replay import PeakRss, child_result  # noqa: E402
 
-PROPOSALS = {"consistency": "metadata_requests", "fencing": "produce_requests"}
+#: proposal -> the table whose rows it judges (requests/s are counted on it)
+PROPOSALS = {"consistency": "metadata_requests", "fencing": "produce_requests", "features": "feature_update_requests",
+             "broker_states": "brokers"}
 
 
 def replayed_lake(args: argparse.Namespace) -> Path:
@@ -73,6 +76,8 @@ def spark_phase(args: argparse.Namespace, lake_root: Path) -> dict:
     lake = Lake(str(lake_root), spark, backend="deltars")
     out = {}
     for p, req in PROPOSALS.items():
+        if p not in args.only:
+            continue
         n = lake.read(req).count()
         with PeakRss() as rss:
             t = time.perf_counter()
@@ -81,7 +86,28 @@ def spark_phase(args: argparse.Namespace, lake_root: Path) -> dict:
         out[p] = {"requests": n, "s": secs, "rss": rss.peak, "rows": s.rows}
         print(f"spark {p}: {n:,} requests in {secs:.1f}s ({n / secs:,.0f}/s), peak RSS {rss.peak / 2**30:.2f} GiB, "
               f"rows {s.rows}", flush=True)
+    if "features" in args.only:
+        out["what-if"] = what_if_latency(spark, lake)
     spark.stop()
+    return out
+
+
+def what_if_latency(spark, lake) -> dict:  # noqa: ANN001
+    """``kraft-replay features check`` on the lake's first cluster at its log end: an upgrade and a lossy
+    metadata.version downgrade (the loss check reads every partition version), each timed after a warm-up."""
+    from kraft_replay.serve.cmd_features import _as_of, check
+
+    cluster = lake.read("log_commit").select("cluster_id").first()[0]
+    offset = _as_of(lake, cluster, None)
+    check(spark, lake, cluster, [("metadata.version", 15, "UNSAFE_DOWNGRADE")], offset)  # warm-up
+    out = {}
+    for name, spec in (("upgrade", ("metadata.version", 22, "UPGRADE")),
+                       ("downgrade", ("metadata.version", 15, "UNSAFE_DOWNGRADE"))):
+        t = time.perf_counter()
+        res = check(spark, lake, cluster, [spec], offset)
+        out[name] = time.perf_counter() - t
+        print(f"what-if {name} {spec}: {out[name]:.1f}s ({res['kafka']['outcome']}, {len(res['losses'])} losses)",
+              flush=True)
     return out
 
 
@@ -97,7 +123,7 @@ _KEYS = {"partitions": ["topic_id", "partition_id", "leader", "leader_epoch"], "
          "client_quotas": ["entity_key", "key"], "scram_credentials": ["name", "mechanism"], "brokers": ["broker_id"]}
 
 
-def oracle_phase(lake: Path) -> dict:
+def oracle_phase(lake: Path, only: list[str]) -> dict:
     sys.path.insert(0, str(ROOT / "tests" / "oracle"))
     import consistency_oracle
     import fencing_oracle
@@ -107,21 +133,54 @@ def oracle_phase(lake: Path) -> dict:
     pol = load_retry_policy()
     out = {}
     # only the columns the references read: at 10M log records the tables as Python dicts are large
-    common = {"broker_applied": _rows(lake, "broker_applied", ["cluster_id", "broker_id", "from_time", "to_time", "state",
-                                                                "applied_offset"]),
-              "brokers": _rows(lake, "brokers", _VERSION + _KEYS["brokers"]),
-              "log_batches": _rows(lake, "log_batches", ["cluster_id", "batch_base_offset", "batch_last_offset",
-                                                         "append_time"])}
-    with PeakRss() as rss:
-        reqs = _rows(lake, "metadata_requests")
-        domains = {d: _rows(lake, d, _VERSION + _KEYS[d]) for d in STALE_DOMAINS}
-        t = time.perf_counter()
-        rows = consistency_oracle.consistency_outcomes(reqs, common["broker_applied"], common["brokers"],
-                                                       common["log_batches"], domains, pol.max_attempts,
-                                                       pol.retry_backoff_ms, pol.retry_target)
-        consistency_oracle.consistency_summary(rows, reqs)
-        out["consistency"] = {"s": time.perf_counter() - t, "rss": rss.peak}
-    del reqs, domains, rows
+    if {"consistency", "fencing"} & set(only):
+        common = {"broker_applied": _rows(lake, "broker_applied", ["cluster_id", "broker_id", "from_time", "to_time",
+                                                                    "state", "applied_offset"]),
+                  "brokers": _rows(lake, "brokers", _VERSION + _KEYS["brokers"]),
+                  "log_batches": _rows(lake, "log_batches", ["cluster_id", "batch_base_offset", "batch_last_offset",
+                                                             "append_time"])}
+    if "consistency" in only:
+        with PeakRss() as rss:
+            reqs = _rows(lake, "metadata_requests")
+            domains = {d: _rows(lake, d, _VERSION + _KEYS[d]) for d in STALE_DOMAINS}
+            t = time.perf_counter()
+            rows = consistency_oracle.consistency_outcomes(reqs, common["broker_applied"], common["brokers"],
+                                                           common["log_batches"], domains, pol.max_attempts,
+                                                           pol.retry_backoff_ms, pol.retry_target)
+            consistency_oracle.consistency_summary(rows, reqs)
+            out["consistency"] = {"s": time.perf_counter() - t, "rss": rss.peak}
+        del reqs, domains, rows
+    if "features" in only:
+        import features_oracle
+
+        with PeakRss() as rss:
+            t_read = {n: _rows(lake, n) for n in ("feature_update_requests", "features", "brokers", "controllers",
+                                                    "zk_migration_state", "metadata_control", "scram_credentials",
+                                                    "delegation_tokens", "scenario_events")}
+            lb = _rows(lake, "log_batches", ["cluster_id", "batch_base_offset", "batch_last_offset", "append_time"])
+            parts = _rows(lake, "partitions", _VERSION + ["topic_id", "partition_id", "directories",
+                                                          "eligible_leader_replicas", "last_known_elr"])
+            t = time.perf_counter()
+            features_oracle.feature_transitions(t_read["features"], t_read["brokers"], t_read["controllers"])
+            features_oracle.feature_protection_violations(t_read["features"], t_read["brokers"])
+            features_oracle.feature_update_outcomes(
+                t_read["feature_update_requests"], t_read["features"], t_read["brokers"], t_read["controllers"],
+                t_read["zk_migration_state"], lb, t_read["metadata_control"], parts, t_read["scram_credentials"],
+                t_read["delegation_tokens"], t_read["scenario_events"])
+            out["features"] = {"s": time.perf_counter() - t, "rss": rss.peak}
+        del t_read, lb, parts
+    if "broker_states" in only:
+        import broker_states_oracle
+
+        with PeakRss() as rss:
+            args_ = [_rows(lake, n) if (lake / n).exists() else None
+                     for n in ("brokers", "broker_applied", "metadata_requests", "produce_requests")]
+            t = time.perf_counter()
+            broker_states_oracle.broker_states(*args_)
+            out["broker_states"] = {"s": time.perf_counter() - t, "rss": rss.peak}
+        del args_
+    if "fencing" not in only:
+        return out
     with PeakRss() as rss:
         reqs = _rows(lake, "produce_requests")
         parts = _rows(lake, "partitions", _VERSION + _KEYS["partitions"] + ["replicas", "isr", "leader_recovery_state"])
@@ -138,6 +197,8 @@ def main() -> int:
     ap.add_argument("--scenario", default="medium")
     ap.add_argument("--requests", type=int, default=None, help="metadata and produce requests each (default: the scenario's)")
     ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--only", default=",".join(PROPOSALS), type=lambda v: [x for x in v.split(",") if x],
+                    help=f"comma-separated proposals (default: all of {', '.join(PROPOSALS)})")
     ap.add_argument("--profile", default="local")
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "kraft-replay-bench-outcomes")
@@ -147,7 +208,7 @@ def main() -> int:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     lake = replayed_lake(args)
     if args.oracle_only:  # the references alone (e.g. after a Spark run whose figures are known)
-        for p, o in oracle_phase(lake).items():
+        for p, o in oracle_phase(lake, args.only).items():
             print(f"{p}: sequential reference {o['s']:.1f}s, peak RSS {o['rss'] / 2**30:.2f} GiB")
         return 0
     if args.spark_phase:
@@ -158,8 +219,11 @@ def main() -> int:
         return 1
     if args.no_oracle:
         return 0
-    oracle = oracle_phase(lake)
+    oracle = oracle_phase(lake, args.only)
     for p, r in result.items():
+        if p == "what-if":
+            print(f"what-if checker: upgrade {r['upgrade']:.1f}s, lossy downgrade {r['downgrade']:.1f}s (target: a few s)")
+            continue
         o = oracle[p]
         print(f"{p}: spark {r['s']:.1f}s ({r['requests'] / r['s']:,.0f} requests/s, peak RSS {r['rss'] / 2**30:.2f} GiB); "
               f"sequential reference {o['s']:.1f}s ({r['requests'] / o['s']:,.0f}/s, peak RSS {o['rss'] / 2**30:.2f} GiB); "

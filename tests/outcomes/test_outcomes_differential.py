@@ -82,3 +82,49 @@ def test_consistency_equals_the_oracle(spark, tables) -> None:
     want = consistency_oracle.consistency_summary(exp, rows["metadata_requests"])
     assert _first_difference(summary, want, ["target_broker", "context_group", "hour", "policy"]) is None
     assert_df_equality(summary, _frame(spark, want, summary), ignore_row_order=True, ignore_nullable=True)
+
+
+def test_features_equal_the_oracle(spark, replayed_tiny) -> None:
+    """feature_transitions, feature_protection_violations, feature_update_outcomes and downgrade_losses
+    (seeds 004, 001) equal tests/oracle/features_oracle.py on the tiny cluster."""
+    import features_oracle
+
+    from kraft_replay.outcomes.features import (
+        LOSS_DOMAINS, feature_protection_violations, feature_transitions, feature_update_outcomes,
+    )
+
+    names = ("feature_update_requests", "log_batches", "metadata_control", "scenario_events", *LOSS_DOMAINS)
+    t = {n: replayed_tiny.read(n) for n in names}
+    rows = {n: _dicts(t[n]) for n in names}
+    got = feature_transitions(t["features"], t["brokers"], t["controllers"]).localCheckpoint()
+    exp = features_oracle.feature_transitions(rows["features"], rows["brokers"], rows["controllers"])
+    assert {r["kind"] for r in exp} >= {"INITIAL", "UPGRADE", "DOWNGRADE"}
+    assert_df_equality(got, _frame(spark, exp, got), ignore_row_order=True, ignore_nullable=True)
+    got = feature_protection_violations(t["features"], t["brokers"]).localCheckpoint()
+    exp = features_oracle.feature_protection_violations(rows["features"], rows["brokers"])
+    assert_df_equality(got, _frame(spark, exp, got), ignore_row_order=True, ignore_nullable=True)
+
+    out, lost = feature_update_outcomes(t["feature_update_requests"], t["features"], t["brokers"], t["controllers"],
+                                        t["log_batches"], t["metadata_control"], {d: t[d] for d in LOSS_DOMAINS},
+                                        t["scenario_events"])
+    out, lost = out.drop("_rid").localCheckpoint(), lost.drop("_dorder").localCheckpoint()
+    exp, exp_lost = features_oracle.feature_update_outcomes(
+        rows["feature_update_requests"], rows["features"], rows["brokers"], rows["controllers"],
+        rows["zk_migration_state"], rows["log_batches"], rows["metadata_control"], rows["partitions"],
+        rows["scram_credentials"], rows["delegation_tokens"], rows["scenario_events"])
+    # the scenario exercises the rules: accepted upgrades and downgrades, refusals by several checks,
+    # KIP-1155 verdicts and losses
+    checks = {r["failed_check"] for r in exp}
+    assert {None, "BROKER", "DIRECTION", "METADATA_CHANGED"} <= checks, checks
+    assert {r["kip1155_outcome"] for r in exp} >= {"ACCEPTED", "REJECTED"} and exp_lost
+    assert _first_difference(out, exp, ["request_id", "feature"]) is None
+    assert_df_equality(out, _frame(spark, exp, out), ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(lost, _frame(spark, exp_lost, lost), ignore_row_order=True, ignore_nullable=True)
+    # against the generator's ground truth: the same acceptance everywhere; a different message only where
+    # the controller refused on its own supported range, which the log does not hold below 3.7-IV0
+    truth = _dicts(out.where("matches_truth IS NOT NULL"))
+    assert len(truth) == rows["feature_update_requests"].__len__()
+    for r in truth:
+        assert r["truth_accepted"] == (r["error_code"] == 0), r
+        if not r["matches_truth"]:
+            assert "Local controller" in r["truth_error_message"] and r["skipped_checks"], r

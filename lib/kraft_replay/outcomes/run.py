@@ -1,6 +1,9 @@
 """``run_outcomes``: the batch job of the proposals' outcome tables (gold) — ``consistency_outcomes`` /
-``consistency_summary`` from ``metadata_requests`` (seed 000) and ``fencing_outcomes`` /
-``fencing_summary`` from ``produce_requests`` (seed 003), over the replay's tables.
+``consistency_summary`` from ``metadata_requests`` (seed 000), ``fencing_outcomes`` /
+``fencing_summary`` from ``produce_requests`` (seed 003), ``feature_transitions`` /
+``feature_protection_violations`` (seed 004) and, from ``feature_update_requests``,
+``feature_update_outcomes`` / ``downgrade_losses`` (seeds 004, 001), and ``broker_states`` (seed 002),
+over the replay's tables.
 
 One lake run: each table is created if missing (partitioned by ``cluster_id``), the clusters' rows are
 replaced, and all written tables are published at once — readers see the previous outcomes until then.
@@ -21,17 +24,26 @@ from pyspark.sql import functions as F
 from kraft_replay.outcomes.consistency import (
     STALE_DOMAINS, RetryPolicy, consistency_outcomes, consistency_summary,
 )
+from kraft_replay.outcomes.broker_states import broker_states
+from kraft_replay.outcomes.features import (
+    LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
+)
 from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
 
 __all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
 
-#: proposal -> (request table, its outcome tables)
+#: proposal -> (request table it needs (None: none), its outcome tables)
 PROPOSALS = {
     "consistency": ("metadata_requests", ("consistency_outcomes", "consistency_summary")),
     "fencing": ("produce_requests", ("fencing_outcomes", "fencing_summary")),
+    "features": (None, ("feature_transitions", "feature_protection_violations", "feature_update_outcomes",
+                        "downgrade_losses")),
+    "broker_states": (None, ("broker_states",)),
 }
 OUTCOME_TABLES = tuple(t for _, ts in PROPOSALS.values() for t in ts)
-_REPLAY_INPUTS = ("log_batches", "log_commit", "brokers", "partitions", "broker_applied")
+_REPLAY_INPUTS = ("log_batches", "log_commit", "brokers", "partitions", "features", "controllers")
+#: proposals that judge requests against brokers' caches: they need broker metrics (``broker_applied``)
+_NEEDS_METRICS = ("consistency", "fencing")
 
 
 class OutcomesError(Exception):
@@ -78,7 +90,8 @@ def write_outcomes(spark: SparkSession, lake, clusters: list[str],  # noqa: ANN0
                    say: Callable[[str], None] = lambda s: None) -> OutcomesSummary | None:
     """The streaming job's step: :func:`run_outcomes` for ``clusters`` with the default policy when the
     lake has what it needs (replay tables with ``broker_applied`` and a request table); None otherwise."""
-    if not all(lake.exists(t) for t in _REPLAY_INPUTS) or not any(lake.exists(r) for r, _ in PROPOSALS.values()):
+    if not all(lake.exists(t) for t in (*_REPLAY_INPUTS, "broker_applied")) \
+            or not any(r is not None and lake.exists(r) for r, _ in PROPOSALS.values()):
         return None
     from kraft_replay.outcomes.consistency import load_retry_policy
 
@@ -87,19 +100,22 @@ def write_outcomes(spark: SparkSession, lake, clusters: list[str],  # noqa: ANN0
 
 def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
                  policy: RetryPolicy | None = None, only: str | None = None,
-                 say: Callable[[str], None] = lambda s: None, clusters: list[str] | None = None) -> OutcomesSummary:
+                 say: Callable[[str], None] = lambda s: None, clusters: list[str] | None = None,
+                 features_policy: FeaturesPolicy | None = None) -> OutcomesSummary:
     """Compute and publish the outcome tables for ``cluster_id`` (default: every replayed cluster; or
     the replayed ones of ``clusters``); ``only`` limits the run to one proposal (``consistency`` |
-    ``fencing``)."""
+    ``fencing`` | ``features`` | ``broker_states``). Consistency and fencing need ``broker_applied``
+    (broker metrics): without it they are skipped (said in the summary), or an error when asked for."""
     from kraft_replay.replay.run import cluster_where
 
     if only is not None and only not in PROPOSALS:
         raise OutcomesError(f"unknown proposal {only!r}; known: {', '.join(PROPOSALS)}")
     missing = [t for t in _REPLAY_INPUTS if not lake.exists(t)]
     if missing:
-        hint = ("it needs broker metrics: `kraft-replay ingest-metrics ... --lake DIR`, then `kraft-replay replay`"
-                if missing[0] == "broker_applied" else f"run `kraft-replay replay --lake {lake.root}` first")
-        raise OutcomesError(f"lake {lake.root}: table {missing[0]} is missing: {hint}")
+        raise OutcomesError(f"lake {lake.root}: table {missing[0]} is missing: run `kraft-replay replay --lake {lake.root}` first")
+    metrics_hint = "it needs broker metrics: `kraft-replay ingest-metrics ... --lake DIR`, then `kraft-replay replay`"
+    if only in _NEEDS_METRICS and not lake.exists("broker_applied"):
+        raise OutcomesError(f"lake {lake.root}: table broker_applied is missing: {metrics_hint}")
     t0 = time.monotonic()
     clusters = _clusters(lake, cluster_id, clusters)
     if not clusters:
@@ -108,11 +124,14 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
     summary = OutcomesSummary("outcomes-" + uuid.uuid4().hex[:12], clusters)
     chosen = {p: v for p, v in PROPOSALS.items() if only in (None, p)}
     for p, (req, _) in list(chosen.items()):
-        if not lake.exists(req):
+        if req is not None and not lake.exists(req):
             summary.skipped[p] = f"the lake has no {req} table"
             del chosen[p]
+        elif p in _NEEDS_METRICS and not lake.exists("broker_applied"):
+            summary.skipped[p] = "the lake has no broker_applied table (no broker metrics)"
+            del chosen[p]
     if not chosen:
-        raise OutcomesError(f"lake {lake.root}: no request table ({', '.join(v[0] for v in PROPOSALS.values())}): "
+        raise OutcomesError(f"lake {lake.root}: no request table ({', '.join(v[0] for v in PROPOSALS.values() if v[0])}): "
                             "ingest or generate client requests first")
     read = lambda t: lake.read(t, where=where)  # noqa: E731
     frames: dict[str, DataFrame] = {}
@@ -135,6 +154,30 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         summary.counts["fencing_outcomes"] = {
             **_by(out.select(coded(F.col("outcome_without_check"))), "o", prefix="without check: "),
             **_by(out.select(coded(F.col("outcome_with_check"))), "o", prefix="with check: ")}
+    if "features" in chosen:
+        say("  feature levels (seeds 004, 001) ...")
+        feats, brokers, ctrls = read("features"), read("brokers"), read("controllers")
+        frames["feature_transitions"] = feature_transitions(feats, brokers, ctrls).localCheckpoint(eager=True)
+        frames["feature_protection_violations"] = feature_protection_violations(feats, brokers).localCheckpoint(eager=True)
+        if lake.exists("feature_update_requests"):
+            domains = {d: read(d) for d in LOSS_DOMAINS if lake.exists(d)}
+            control = read("metadata_control") if lake.exists("metadata_control") else None
+            events = read("scenario_events") if lake.exists("scenario_events") else None
+            out, lost = feature_update_outcomes(read("feature_update_requests"), feats, brokers, ctrls,
+                                                read("log_batches"), control, domains, events, features_policy)
+            out = out.drop("_rid").localCheckpoint(eager=True)
+            frames["feature_update_outcomes"] = out
+            frames["downgrade_losses"] = lost.drop("_dorder").localCheckpoint(eager=True)
+            summary.counts["feature_update_outcomes"] = _by(out, "outcome")
+        else:
+            summary.skipped["feature updates"] = "the lake has no feature_update_requests table"
+    if "broker_states" in chosen:
+        say("  broker states (seed 002) ...")
+        opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731
+        out = broker_states(read("brokers"), opt("broker_applied"), opt("metadata_requests"),
+                            opt("produce_requests")).localCheckpoint(eager=True)
+        frames["broker_states"] = out
+        summary.counts["broker_states"] = _by(out, "state")
     lake.start_run(summary.run_id, list(frames))
     try:
         for name, df in frames.items():
