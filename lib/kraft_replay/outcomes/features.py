@@ -137,6 +137,13 @@ def _range_text(lo: Column, hi: Column) -> Column:
     return F.when(lo == hi, lo.cast("string")).otherwise(F.concat(lo.cast("string"), F.lit("-"), hi.cast("string")))
 
 
+def _unsupported(head: Column, rng: Column) -> Column:
+    """§7.3's reason for a node whose range ``rng`` (:func:`_range_of`) excludes the level: "<head> does not
+    support this feature." when its max is 0, else "<head> only supports versions <range>"."""
+    return F.when(rng["max"] == 0, F.concat(head, F.lit(" does not support this feature."))).otherwise(
+        F.concat(head, F.lit(" only supports versions "), _range_text(rng["min"], rng["max"])))
+
+
 def _mv_changed(low: Column, high: Column) -> Column:
     """§6.1 ``checkIfMetadataChanged``: some level V with low < V <= high has didMetadataChange."""
     levels = F.array(*[F.lit(v) for v in sorted(METADATA_CHANGED_LEVELS)])
@@ -318,8 +325,7 @@ def _node_fail(nodes: Column, feature: Column, level: Column, label: str) -> Col
                          | (level > _range_of(n["features"], feature)["max"])), 0)
     rng = _range_of(bad["features"], feature)
     head = F.concat(F.lit(label + " "), bad["id"].cast("string"))
-    return F.when(bad.isNotNull(), F.when(rng["max"] == 0, F.concat(head, F.lit(" does not support this feature.")))
-                  .otherwise(F.concat(head, F.lit(" only supports versions "), _range_text(rng["min"], rng["max"]))))
+    return F.when(bad.isNotNull(), _unsupported(head, rng))
 
 
 def _voter_fail(voters: Column, controllers: Column, feature: Column, level: Column) -> Column:
@@ -337,9 +343,8 @@ def _voter_fail(voters: Column, controllers: Column, feature: Column, level: Col
     head = F.concat(F.lit("Controller "), v.cast("string"))
     return F.when(v.isNull(), F.lit(None).cast("string")).when(
         c.isNull(), F.concat(F.lit("controller "), v.cast("string"),
-                             F.lit(" has not registered, and may not support this feature"))).when(
-        r["max"] == 0, F.concat(head, F.lit(" does not support this feature."))).otherwise(
-        F.concat(head, F.lit(" only supports versions "), _range_text(r["min"], r["max"])))
+                             F.lit(" has not registered, and may not support this feature"))).otherwise(
+        _unsupported(head, r))
 
 
 def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPolicy | None = None) -> DataFrame:
@@ -357,8 +362,7 @@ def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPoli
     lrng = _range_of(leader_reg["features"], feat)
     lhead = F.concat(F.lit("Local controller "), F.col("_leader").cast("string"))
     local_msg = F.when(leader_reg.isNotNull() & ((lvl < lrng["min"]) | (lvl > lrng["max"])),
-                       F.when(lrng["max"] == 0, F.concat(lhead, F.lit(" does not support this feature.")))
-                       .otherwise(F.concat(lhead, F.lit(" only supports versions "), _range_text(lrng["min"], lrng["max"]))))
+                       _unsupported(lhead, lrng))
     broker_msg = _node_fail(F.col("_brokers"), feat, lvl, "Broker")
     voter_msg = F.when(F.col("_mv") >= CONTROLLER_REGISTRATION_MV,
                        _voter_fail(F.col("_voters"), F.col("_controllers"), feat, lvl))

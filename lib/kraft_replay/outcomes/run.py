@@ -134,6 +134,7 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         raise OutcomesError(f"lake {lake.root}: no request table ({', '.join(v[0] for v in PROPOSALS.values() if v[0])}): "
                             "ingest or generate client requests first")
     read = lambda t: lake.read(t, where=where)  # noqa: E731
+    opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
     frames: dict[str, DataFrame] = {}
     if "consistency" in chosen:
         say("  consistency tokens (seed 000) ...")
@@ -161,10 +162,9 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         frames["feature_protection_violations"] = feature_protection_violations(feats, brokers).localCheckpoint(eager=True)
         if lake.exists("feature_update_requests"):
             domains = {d: read(d) for d in LOSS_DOMAINS if lake.exists(d)}
-            control = read("metadata_control") if lake.exists("metadata_control") else None
-            events = read("scenario_events") if lake.exists("scenario_events") else None
             out, lost = feature_update_outcomes(read("feature_update_requests"), feats, brokers, ctrls,
-                                                read("log_batches"), control, domains, events, features_policy)
+                                                read("log_batches"), opt("metadata_control"), domains,
+                                                opt("scenario_events"), features_policy)
             out = out.drop("_rid").localCheckpoint(eager=True)
             frames["feature_update_outcomes"] = out
             frames["downgrade_losses"] = lost.drop("_dorder").localCheckpoint(eager=True)
@@ -173,7 +173,6 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
             summary.skipped["feature updates"] = "the lake has no feature_update_requests table"
     if "broker_states" in chosen:
         say("  broker states (seed 002) ...")
-        opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731
         out = broker_states(read("brokers"), opt("broker_applied"), opt("metadata_requests"),
                             opt("produce_requests")).localCheckpoint(eager=True)
         frames["broker_states"] = out
