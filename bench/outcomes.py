@@ -3,7 +3,7 @@ from a replayed scenario, and the sequential reference implementations (tests/or
 in one run; and the latency of the what-if checker (``kraft-replay features check``) on that lake.
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/outcomes.py [--scenario medium] [--requests N]
-        [--only consistency,fencing,features,broker_states] [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
+        [--only consistency,fencing,features,broker_states,discovery] [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
 
 The scenario is generated (``--requests N`` sets both request tables' counts) and replayed once into a
 lake cached in ``--data-dir``. A child process then runs ``kraft-replay outcomes`` one proposal at a
@@ -33,7 +33,7 @@ from replay import PeakRss, child_result  # noqa: E402
 
 #: proposal -> the table whose rows it judges (requests/s are counted on it)
 PROPOSALS = {"consistency": "metadata_requests", "fencing": "produce_requests", "features": "feature_update_requests",
-             "broker_states": "brokers"}
+             "broker_states": "brokers", "discovery": "metadata_requests"}
 
 
 def replayed_lake(args: argparse.Namespace) -> Path:
@@ -78,7 +78,7 @@ def spark_phase(args: argparse.Namespace, lake_root: Path) -> dict:
     for p, req in PROPOSALS.items():
         if p not in args.only:
             continue
-        n = lake.read(req).count()
+        n = (lake.read(req).where("api_key = 18") if p == "discovery" else lake.read(req)).count()
         with PeakRss() as rss:
             t = time.perf_counter()
             s = run_outcomes(spark, lake, only=p, policy=load_retry_policy(), say=lambda line: print(line, flush=True))
@@ -179,6 +179,19 @@ def oracle_phase(lake: Path, only: list[str]) -> dict:
             broker_states_oracle.broker_states(*args_)
             out["broker_states"] = {"s": time.perf_counter() - t, "rss": rss.peak}
         del args_
+    if "discovery" in only:
+        import discovery_oracle
+
+        with PeakRss() as rss:
+            reqs = [r for r in _rows(lake, "metadata_requests") if r["api_key"] == 18]
+            d_read = {n: _rows(lake, n) for n in ("broker_applied", "brokers", "log_batches", "features", "metadata_control")}
+            t = time.perf_counter()
+            rows = discovery_oracle.feature_discovery(reqs, d_read["broker_applied"], d_read["brokers"],
+                                                      d_read["log_batches"], d_read["features"], d_read["metadata_control"])
+            discovery_oracle.feature_discovery_summary(
+                rows, discovery_oracle.feature_timeline(d_read["features"], d_read["metadata_control"]))
+            out["discovery"] = {"s": time.perf_counter() - t, "rss": rss.peak}
+        del reqs, d_read, rows
     if "fencing" not in only:
         return out
     with PeakRss() as rss:

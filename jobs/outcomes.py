@@ -1,6 +1,6 @@
 """Spark job entry point: the proposals' outcome tables (gold) from the replay's tables.
 
-    python jobs/outcomes.py --lake DIR [--cluster-id C] [--only consistency|fencing|features|broker_states]
+    python jobs/outcomes.py --lake DIR [--cluster-id C] [--only consistency|fencing|features|broker_states|discovery]
         [--policy FILE] [--features-policy FILE] [--profile NAME] [--backend B]
 
 Same options and exit codes as ``kraft-replay outcomes`` (it runs that command; usable with

@@ -1,7 +1,10 @@
-"""Fixtures of the outcome tests: the ``tiny`` scenario generated and replayed once for the session
-(in-process) into a lake the gold tables are computed from."""
+"""Fixtures of the outcome tests: the ``tiny`` scenario (the session's CLI-generated lake, copied: it is
+generated once per test run) replayed once for the session (in-process) into a lake the gold tables are
+computed from."""
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 
@@ -9,12 +12,11 @@ from kraft_replay.lake import Lake
 
 
 @pytest.fixture(scope="session")
-def replayed_tiny(spark, tmp_path_factory) -> Lake:
-    from kraft_replay.generate import generate
-    from kraft_replay.generate.scenario import load_scenario
+def replayed_tiny(spark, tiny_generated, tmp_path_factory) -> Lake:
     from kraft_replay.replay import run_replay
 
-    lk = Lake(str(tmp_path_factory.mktemp("replayed-tiny")), spark, backend="deltars")
-    generate(spark, lk, load_scenario("tiny"), progress=lambda _: None)
+    root = tmp_path_factory.mktemp("replayed-tiny") / "lake"
+    shutil.copytree(tiny_generated.lake_dir, root)
+    lk = Lake(str(root), spark, backend="deltars")
     run_replay(spark, lk, say=lambda _: None)
     return lk

@@ -1,4 +1,4 @@
-"""``kraft-replay outcomes``: the four gold tables published in one run from a replayed lake, a
+"""``kraft-replay outcomes``: the gold tables published in one run from a replayed lake, a
 summary on stdout, one-line errors (exit 2, nothing published) for a lake without replay, an unknown
 cluster and a bad policy file; ``--only`` writes one proposal's tables."""
 
@@ -31,6 +31,11 @@ def test_outcomes_publishes_the_four_tables(spark, replayed_tiny, capsys, tmp_pa
                        "unix_micros(r.attempt_time) != unix_micros(p.response_time) + 250000").count() == 0
     requests = lake.read("metadata_requests").count()
     assert got.where("attempt = 0").count() == 3 * requests and lake.read("fencing_outcomes").count() > 0
+    # one feature_discovery row per ApiVersions request, and the counts in the summary
+    api_versions = lake.read("metadata_requests").where("api_key = 18").count()
+    assert lake.read("feature_discovery").count() == api_versions > 0
+    line = next(x for x in out.splitlines() if x.startswith("  feature_discovery: answered"))
+    assert line.endswith(f"requests {api_versions:,}"), line
     before = lake.published_versions()
     # --only fencing: the fencing tables get a new version, the consistency ones keep theirs
     assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "fencing"]) == 0

@@ -1,5 +1,5 @@
 """``kraft-replay replay --mode stream``: the streamed tables equal a batch replay of the same bronze
-(chispa), for bronze arriving in several ingest runs, metrics arriving alone, one file per trigger,
+(chispa), for bronze arriving in several ingest runs, metrics arriving alone, two files per trigger,
 on a generated cluster and on real Kafka files; a real SIGKILL in the middle of a micro-batch leaves
 readers on the last published state and the restarted stream ends equal to the batch replay."""
 
@@ -92,10 +92,10 @@ def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_
     assert (metrics.batches, metrics.replays, metrics.metric_updates) == (1, 0, 1)
     assert lake.read(BROKER_APPLIED).count() > 0 and lake.read(CACHE_LAG).count() > 0
 
-    # the rest in two ingest runs, streamed one data file per trigger
+    # the rest in two ingest runs, streamed two data files per trigger
     run_ingest(spark, lake, steps[1], cluster_id=cid, say=_quiet)
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
-    rest = run_stream(spark, lake, available_now=True, checkpoint=ckpt, max_files_per_trigger=1, say=lines.append)
+    rest = run_stream(spark, lake, available_now=True, checkpoint=ckpt, max_files_per_trigger=2, say=lines.append)
     assert rest.batches > 1, lines
     _assert_same(lake, tiny_batch)
 

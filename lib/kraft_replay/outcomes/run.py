@@ -2,8 +2,9 @@
 ``consistency_summary`` from ``metadata_requests`` (seed 000), ``fencing_outcomes`` /
 ``fencing_summary`` from ``produce_requests`` (seed 003), ``feature_transitions`` /
 ``feature_protection_violations`` (seed 004) and, from ``feature_update_requests``,
-``feature_update_outcomes`` / ``downgrade_losses`` (seeds 004, 001), and ``broker_states`` (seed 002),
-over the replay's tables.
+``feature_update_outcomes`` / ``downgrade_losses`` (seeds 004, 001), ``broker_states`` (seed 002) and,
+from the ApiVersions rows of ``metadata_requests``, ``feature_discovery`` / ``feature_discovery_summary``
+(seed 004), over the replay's tables.
 
 One lake run: each table is created if missing (partitioned by ``cluster_id``), the clusters' rows are
 replaced, and all written tables are published at once — readers see the previous outcomes until then.
@@ -25,6 +26,7 @@ from kraft_replay.outcomes.consistency import (
     STALE_DOMAINS, RetryPolicy, consistency_outcomes, consistency_summary,
 )
 from kraft_replay.outcomes.broker_states import broker_states
+from kraft_replay.outcomes.discovery import feature_discovery, feature_discovery_summary, feature_timeline
 from kraft_replay.outcomes.features import (
     LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
 )
@@ -39,11 +41,12 @@ PROPOSALS = {
     "features": (None, ("feature_transitions", "feature_protection_violations", "feature_update_outcomes",
                         "downgrade_losses")),
     "broker_states": (None, ("broker_states",)),
+    "discovery": ("metadata_requests", ("feature_discovery", "feature_discovery_summary")),
 }
 OUTCOME_TABLES = tuple(t for _, ts in PROPOSALS.values() for t in ts)
 _REPLAY_INPUTS = ("log_batches", "log_commit", "brokers", "partitions", "features", "controllers")
 #: proposals that judge requests against brokers' caches: they need broker metrics (``broker_applied``)
-_NEEDS_METRICS = ("consistency", "fencing")
+_NEEDS_METRICS = ("consistency", "fencing", "discovery")
 
 
 class OutcomesError(Exception):
@@ -104,7 +107,8 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
                  features_policy: FeaturesPolicy | None = None) -> OutcomesSummary:
     """Compute and publish the outcome tables for ``cluster_id`` (default: every replayed cluster; or
     the replayed ones of ``clusters``); ``only`` limits the run to one proposal (``consistency`` |
-    ``fencing`` | ``features`` | ``broker_states``). Consistency and fencing need ``broker_applied``
+    ``fencing`` | ``features`` | ``broker_states`` | ``discovery``). Consistency, fencing and discovery need
+    ``broker_applied``
     (broker metrics): without it they are skipped (said in the summary), or an error when asked for."""
     from kraft_replay.replay.run import cluster_where
 
@@ -177,6 +181,18 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
                             opt("produce_requests")).localCheckpoint(eager=True)
         frames["broker_states"] = out
         summary.counts["broker_states"] = _by(out, "state")
+    if "discovery" in chosen:
+        say("  client feature discovery (seed 004) ...")
+        feats, control = read("features"), opt("metadata_control")
+        tl = feature_timeline(feats, control).localCheckpoint(eager=True)
+        out = feature_discovery(read("metadata_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
+                                feats, control, timeline=tl).localCheckpoint(eager=True)
+        frames["feature_discovery"] = out
+        frames["feature_discovery_summary"] = feature_discovery_summary(out, tl).localCheckpoint(eager=True)
+        n = out.agg(F.count(F.lit(1)).alias("requests"), F.count(F.when(F.col("status") == "ANSWERED", 1)).alias("answered"),
+                    F.count(F.when(F.col("epoch_regressed"), 1)).alias("epoch regressions"),
+                    F.count(F.when(F.col("content_regressed"), 1)).alias("content regressions")).first()
+        summary.counts["feature_discovery"] = {k: int(v) for k, v in n.asDict().items()}
     lake.start_run(summary.run_id, list(frames))
     try:
         for name, df in frames.items():

@@ -3,7 +3,8 @@ FILE]``: the proposals' outcome tables (gold) from the replay's tables and the c
 (:mod:`kraft_replay.outcomes.run`): ``consistency_outcomes`` / ``consistency_summary`` (seed 000),
 ``fencing_outcomes`` / ``fencing_summary`` (seed 003), ``feature_transitions`` /
 ``feature_protection_violations`` / ``feature_update_outcomes`` / ``downgrade_losses`` (seeds 004, 001)
-and ``broker_states`` (seed 002), published at once. Exit 0 with a summary; exit 2
+``broker_states`` (seed 002) and ``feature_discovery`` / ``feature_discovery_summary`` (seed 004), published
+at once. Exit 0 with a summary; exit 2
 with one line on bad input (no replay yet, an unknown cluster, a bad policy file), nothing published.
 """
 
@@ -15,6 +16,7 @@ import sys
 EPILOG = """examples:
   kraft-replay outcomes --lake /tmp/lake
   kraft-replay outcomes --lake /tmp/lake --cluster-id MkU3OEVBNTcwNTJENDM2Qg --only fencing
+  kraft-replay outcomes --lake /tmp/lake --only discovery      # ApiVersions answers and feature regressions
   kraft-replay outcomes --lake /tmp/lake --policy my-retries.yaml     # max_attempts, retry_backoff_ms, retry_target
 then: kraft-replay tables --lake /tmp/lake   (the tables and their published versions)
 """
@@ -23,18 +25,19 @@ then: kraft-replay tables --lake /tmp/lake   (the tables and their published ver
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "outcomes", help="what the proposals' rules decide (consistency tokens, produce fencing, feature levels, "
-                         "broker states)",
+                         "broker states, feature discovery)",
         description="Compute the outcome tables: per metadata read, what consistency tokens decide (seed 000: "
                     "INCONSISTENT_CLUSTER_ID / STALE_METADATA / ADMITTED, fail and wait policies, retries, and what "
                     "eventually consistent reads got wrong); per produce request, leader-epoch fencing (seed 003) with "
                     "and without the check; feature-level transitions, brokers serving a level outside their range "
                     "and every UpdateFeatures request validated as the controller does, with KIP-1155's verdict and "
                     "loss report for metadata.version downgrades (seeds 004, 001); broker states over time (seed "
-                    "002). Needs `kraft-replay replay` first (with broker metrics for tokens and fencing).",
+                    "002); what every ApiVersions answer advertised and where a client's view of the finalized "
+                    "features went backwards (seed 004). Needs `kraft-replay replay` first (with broker metrics for tokens, fencing and discovery).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
     p.add_argument("--cluster-id", default=None, metavar="C", help="only this cluster (default: every replayed cluster)")
-    p.add_argument("--only", choices=("consistency", "fencing", "features", "broker_states"), default=None,
+    p.add_argument("--only", choices=("consistency", "fencing", "features", "broker_states", "discovery"), default=None,
                    help="compute one proposal's tables only (default: all, each when its input tables exist)")
     p.add_argument("--policy", default=None, metavar="FILE",
                    help="client retry policy for STALE_METADATA (YAML: max_attempts, retry_backoff_ms, retry_target "
