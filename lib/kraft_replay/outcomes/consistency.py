@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from kraft_replay.outcomes.cache_lag import leader_changes
 from kraft_replay.outcomes.lookups import (
-    applied_at, batch_time_at, count_changes, entity_changes, known_brokers, log_span,
+    applied_at, batch_time_at, count_changes, entity_changes, known_brokers, log_span, outside_log, with_known_and_span,
 )
 from kraft_replay.replay.schemas import SILVER_TABLES
 
@@ -113,6 +113,13 @@ def _us(c: Column) -> Column:
     return F.unix_micros(c)
 
 
+def token_scope() -> Column:
+    """Seed 000: whose answers a client's view accumulates — the context group of a client that uses
+    tokens (clients sharing one ``ConsistencyContextStore``), the client alone otherwise."""
+    uses = F.coalesce(F.col("uses_consistency_token"), F.lit(False))
+    return F.when(uses, F.coalesce("context_group", "client_id")).otherwise(F.col("client_id"))
+
+
 def first_attempts(requests: DataFrame) -> DataFrame:
     """Seed 000: attempt 0 of every request under each policy, with its scope (the context group of a
     client using tokens, else the client) and the cluster id sent (null under ``none``)."""
@@ -122,7 +129,7 @@ def first_attempts(requests: DataFrame) -> DataFrame:
     return r.select(
         "cluster_id", "request_id", "policy", F.lit(0).alias("attempt"), F.col("request_time").alias("attempt_time"),
         "request_time", "client_id", "context_group",
-        F.when(uses, F.coalesce("context_group", "client_id")).otherwise(F.col("client_id")).alias("scope"),
+        token_scope().alias("scope"),
         uses.alias("uses_consistency_token"), F.col("api_key").cast("int").alias("api_key"),
         F.col("api_key").isin(*CACHE_READ_KEYS).alias("reads_metadata_cache"),
         F.col("target_broker").cast("int").alias("target_broker"),
@@ -171,10 +178,7 @@ def _prepare(attempts: DataFrame, broker_applied: DataFrame, known: DataFrame, s
     """What an attempt's outcome needs besides its token (it depends on no other answer, so each
     attempt is looked up once): ``_known`` (its target is a known broker), the log span, the target's
     ``applied_offset`` at the attempt time."""
-    a = attempts.join(F.broadcast(known.select("cluster_id", F.col("broker_id").alias("target_broker"),
-                                               F.lit(True).alias("_known"))), ["cluster_id", "target_broker"], "left")
-    a = a.join(F.broadcast(span), "cluster_id", "left")
-    return applied_at(a, broker_applied, "attempt_time", "target_broker")
+    return applied_at(with_known_and_span(attempts, known, span), broker_applied, "attempt_time", "target_broker")
 
 
 def _evaluate(attempts: DataFrame, responses: DataFrame, broker_applied: DataFrame) -> DataFrame:
@@ -185,8 +189,7 @@ def _evaluate(attempts: DataFrame, responses: DataFrame, broker_applied: DataFra
     a = a.select("*", token.cast("long").alias("token_sent"),
                  F.xxhash64("cluster_id", "request_id", "policy", "attempt").alias("_aid"))
     t = F.col("attempt_time")
-    outside = F.col("span_start").isNull() | (t < F.col("span_start")) | (t > F.col("span_end"))
-    code = (F.when(F.col("_known").isNull(), "UNKNOWN_BROKER").when(outside, "OUTSIDE_LOG")
+    code = (F.when(F.col("_known").isNull(), "UNKNOWN_BROKER").when(outside_log(t), "OUTSIDE_LOG")
             .when(F.col("cluster_id_sent").isNotNull() & (F.col("cluster_id_sent") != F.col("cluster_id")),
                   "INCONSISTENT_CLUSTER_ID")
             .when(F.col("applied_offset").isNull(), "NO_BROKER_STATE")

@@ -35,7 +35,11 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kraft_replay.outcomes.lookups import _VAL, _as_of, applied_at, known_brokers, log_end_at, log_span
+from kraft_replay.outcomes.consistency import token_scope
+from kraft_replay.outcomes.features import _visible
+from kraft_replay.outcomes.lookups import (
+    _VAL, _as_of, applied_at, known_brokers, log_end_at, log_span, outside_log, with_known_and_span,
+)
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION
 
 __all__ = ["API_VERSIONS_KEY", "KRAFT_VERSION", "feature_timeline", "feature_discovery", "feature_discovery_summary",
@@ -74,7 +78,7 @@ def feature_timeline(features: DataFrame, metadata_control: DataFrame | None = N
     kraft.version is ignored (the Raft layer's level overrides it). A candidate whose set equals the
     previous one's is dropped (the first is kept); ``time`` is the earliest ``valid_from_time`` of the
     versions at the offset, else the winning control record's ``append_time``."""
-    vis = features.where(F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") != F.col("valid_from_offset")))
+    vis = _visible(features)
     # min(_st) per position: a features version's earliest time, else the winning control record's
     cand = vis.select("cluster_id", F.col("valid_from_offset").alias("offset"),
                       F.struct(F.lit(0).alias("src"), F.lit(0).alias("rank"), F.lit(0).alias("lvl"),
@@ -149,19 +153,12 @@ def feature_discovery(metadata_requests: DataFrame, broker_applied: DataFrame, b
     regressions, what the monotonic rule keeps and how long the views disagreed. Columns
     :data:`FEATURE_DISCOVERY_COLUMNS`; ``timeline`` is :func:`feature_timeline` when already computed."""
     tl = timeline if timeline is not None else feature_timeline(features, metadata_control)
-    uses = F.coalesce(F.col("uses_consistency_token"), F.lit(False))
     r = metadata_requests.where(F.col("api_key") == API_VERSIONS_KEY).select(
         "cluster_id", F.col("request_id").cast("long").alias("request_id"), "request_time", "client_id",
-        "context_group", F.when(uses, F.coalesce("context_group", "client_id")).otherwise(F.col("client_id")).alias("scope"),
-        F.col("target_broker").cast("int").alias("target_broker"))
-    r = r.join(F.broadcast(known_brokers(brokers).select("cluster_id", F.col("broker_id").cast("int").alias("target_broker"),
-                                                          F.lit(True).alias("_known"))),
-               ["cluster_id", "target_broker"], "left")
-    r = r.join(F.broadcast(log_span(log_batches, broker_applied)), "cluster_id", "left")
+        "context_group", token_scope().alias("scope"), F.col("target_broker").cast("int").alias("target_broker"))
+    r = with_known_and_span(r, known_brokers(brokers), log_span(log_batches, broker_applied))
     r = applied_at(r, broker_applied, "request_time", "target_broker", "_applied")
-    t = F.col("request_time")
-    outside = F.col("span_start").isNull() | (t < F.col("span_start")) | (t > F.col("span_end"))
-    status = (F.when(F.col("_known").isNull(), "UNKNOWN_BROKER").when(outside, "OUTSIDE_LOG")
+    status = (F.when(F.col("_known").isNull(), "UNKNOWN_BROKER").when(outside_log(F.col("request_time")), "OUTSIDE_LOG")
               .when(F.col("_applied").isNull(), "NO_BROKER_STATE").otherwise("ANSWERED"))
     r = r.select("cluster_id", "request_id", "request_time", "client_id", "context_group", "scope", "target_broker",
                  status.alias("status"), F.when(status == "ANSWERED", F.col("_applied")).alias("finalized_features_epoch"))

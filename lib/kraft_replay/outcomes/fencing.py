@@ -43,7 +43,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kraft_replay.outcomes.lookups import applied_at, known_brokers, log_end_at, log_span, partition_at
+from kraft_replay.outcomes.lookups import (
+    applied_at, known_brokers, log_end_at, log_span, outside_log, partition_at, with_known_and_span,
+)
 
 __all__ = ["fencing_outcomes", "fencing_summary", "FENCING_OUTCOMES_COLUMNS", "FENCING_SUMMARY_COLUMNS"]
 
@@ -104,18 +106,13 @@ def fencing_outcomes(produce_requests: DataFrame, broker_applied: DataFrame, bro
     r = partition_at(r, partitions, "log_end_offset",
                      {"leader": "_true_leader", "leader_epoch": "_true_epoch", "leader_recovery_state": "_true_lrs"},
                      "true_exists")
-    known = known_brokers(brokers).select("cluster_id", F.col("broker_id").alias("target_broker"),
-                                          F.lit(True).alias("_known"))
-    span = log_span(log_batches, broker_applied)
-    r = r.join(F.broadcast(known), ["cluster_id", "target_broker"], "left") \
-        .join(F.broadcast(span), ["cluster_id"], "left")
+    r = with_known_and_span(r, known_brokers(brokers), log_span(log_batches, broker_applied))
 
     t = F.col("request_time")
     tgt = F.col("target_broker")
     true_exists = F.col("true_exists")
-    outside = F.col("span_start").isNull() | (t < F.col("span_start")) | (t > F.col("span_end"))
     code = (F.when((tgt == -1) | tgt.isNull() | F.col("_known").isNull(), _str("UNKNOWN_BROKER"))
-            .when(outside, _str("OUTSIDE_LOG"))
+            .when(outside_log(t), _str("OUTSIDE_LOG"))
             .when(F.col("applied_offset").isNull(), _str("NO_BROKER_STATE")))
     r = r.select(
         *_REQUEST, "applied_offset", "log_end_offset", "_view_replicas", "view_isr",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-__all__ = ["applied_at", "log_end_at", "partition_at", "known_brokers", "log_span", "batch_time_at", "entity_changes",
-           "count_changes"]
+__all__ = ["applied_at", "log_end_at", "partition_at", "known_brokers", "log_span", "with_known_and_span", "outside_log",
+           "batch_time_at", "entity_changes", "count_changes"]
 
 _K = "_lk_kind"  # 0: looked-up row, 1: request row
 _POS = "_lk_pos"
@@ -93,6 +93,19 @@ def log_span(log_batches: DataFrame, broker_applied: DataFrame) -> DataFrame:
     a = broker_applied.groupBy("cluster_id").agg(F.max("from_time").alias("_la"))
     return b.join(a, "cluster_id", "left").select(
         "cluster_id", "span_start", F.greatest("_lb", F.coalesce("_la", "_lb")).alias("span_end"))
+
+
+def with_known_and_span(rows: DataFrame, known: DataFrame, span: DataFrame, broker: str = "target_broker") -> DataFrame:
+    """``rows`` with ``_known`` (true when ``rows[broker]`` is one of ``known`` — :func:`known_brokers` —,
+    null otherwise) and their cluster's ``span_start`` / ``span_end`` (:func:`log_span`); both small,
+    broadcast."""
+    k = known.select("cluster_id", F.col("broker_id").alias(broker), F.lit(True).alias("_known"))
+    return rows.join(F.broadcast(k), ["cluster_id", broker], "left").join(F.broadcast(span), ["cluster_id"], "left")
+
+
+def outside_log(t: Column) -> Column:
+    """Time ``t`` is outside the log span joined by :func:`with_known_and_span` (no span: outside)."""
+    return F.col("span_start").isNull() | (t < F.col("span_start")) | (t > F.col("span_end"))
 
 
 def batch_time_at(rows: DataFrame, log_batches: DataFrame, offset: str, out: str) -> DataFrame:
