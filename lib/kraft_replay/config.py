@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-# conf/ sits at the project root, two levels above lib/kraft_replay/.
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = Path(os.environ.get("KRAFT_REPLAY_CONF", PROJECT_ROOT / "conf"))
+from kraft_replay.resources import conf_dir
+
+# conf/ of the checkout, the copy a wheel carries, or $KRAFT_REPLAY_CONF (kraft_replay.resources).
+CONF_DIR = conf_dir()
 
 
 class ConfigError(ValueError):

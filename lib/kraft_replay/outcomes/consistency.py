@@ -36,6 +36,7 @@ import yaml
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from kraft_replay.config import CONF_DIR
 from kraft_replay.outcomes.cache_lag import leader_changes
 from kraft_replay.outcomes.lookups import (
     applied_at, batch_time_at, count_changes, entity_changes, known_brokers, log_span, outside_log, with_known_and_span,
@@ -74,7 +75,7 @@ CONSISTENCY_SUMMARY_COLUMNS = [
     "violations_avoided", "wait_ms_p50", "wait_ms_p99", "wait_ms_max", "latency_ms_p50", "latency_ms_p99",
     "latency_ms_max",
 ]
-_POLICY_FILE = Path(__file__).resolve().parents[3] / "conf" / "policies" / "consistency.yaml"
+_POLICY_FILE = CONF_DIR / "policies" / "consistency.yaml"
 
 
 class ConvergenceError(RuntimeError):

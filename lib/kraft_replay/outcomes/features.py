@@ -34,6 +34,7 @@ import yaml
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from kraft_replay.config import CONF_DIR
 from kraft_replay.outcomes.lookups import _VAL, _as_of, log_end_at
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES, mv_name
 
@@ -78,7 +79,7 @@ FEATURE_UPDATE_COLUMNS = [
 DOWNGRADE_LOSSES_COLUMNS = ["cluster_id", "request_id", "as_of_offset", "target_level", "domain", "entity", "field",
                             "what"]
 
-_POLICY_FILE = Path(__file__).resolve().parents[3] / "conf" / "policies" / "features.yaml"
+_POLICY_FILE = CONF_DIR / "policies" / "features.yaml"
 
 
 @dataclass(frozen=True)

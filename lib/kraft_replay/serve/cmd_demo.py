@@ -21,12 +21,13 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+from kraft_replay.resources import samples_dir
 
 DEMO_TABLE = "demo_events"
 DEMO_COPY = "demo_events_copy"
@@ -107,7 +108,7 @@ def lake_demo(spark: SparkSession, lake, out: Callable[[str], None] = print,
     return s
 
 
-SAMPLES = Path(__file__).resolve().parents[3] / "data" / "samples"
+SAMPLES = samples_dir()
 SAMPLE_CLUSTER = "demo-node1"
 SAMPLE_TEXT_CLUSTER = "demo-dumptext"
 
