@@ -21,6 +21,7 @@ demo: $(STAMP)
 	$(VENV)/bin/kraft-replay --lake ./lake demo
 
 test: $(STAMP)
+	tools/ensure_chromium.sh
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
