@@ -25,7 +25,7 @@ from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_S
 from kraft_replay.ingest.tables import ensure_bronze_tables  # noqa: E402
 from kraft_replay.lake import Lake  # noqa: E402
 from kraft_replay.replay import image, image_json, run_replay  # noqa: E402
-from kraft_replay.replay.images import ImageError, image_diff, register_as_of_views  # noqa: E402
+from kraft_replay.replay.images import ImageError, image_diff, register_image_functions  # noqa: E402
 from kraft_replay.replay.features import METADATA_VERSION  # noqa: E402
 from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES  # noqa: E402
 from kraft_replay.serve.cli import main  # noqa: E402
@@ -139,12 +139,15 @@ def test_image_api_equals_the_oracle(replayed) -> None:
         batches[2].batch_last_offset, "txn_commit")["features"]
 
 
-def test_as_of_views_in_sql(spark, replayed) -> None:
+def test_as_of_functions_in_sql(spark, replayed) -> None:
     lake, _, _, oracle = replayed
-    register_as_of_views(lake, offset=20)
-    got = spark.sql("SELECT topic_id, partition_id, isr FROM partitions_as_of WHERE cluster_id = 'snap_at_gap'").collect()
-    want = [(p["topic_id"], p["partition_id"], p["isr"]) for p in oracle.image_at(20, "snap_at_gap")["partitions"]]
-    assert [(r.topic_id, r.partition_id, r.isr) for r in got] == want
+    made = register_image_functions(spark, lake.register_views())
+    assert "partitions_as_of" in made and "features_as_of" in made
+    for at in (20, 21):
+        got = spark.sql(f"SELECT topic_id, partition_id, isr, image_offset FROM partitions_as_of('snap_at_gap', {at}) "
+                        "ORDER BY topic_id, partition_id").collect()
+        want = [(p["topic_id"], p["partition_id"], p["isr"], at) for p in oracle.image_at(at, "snap_at_gap")["partitions"]]
+        assert [(r.topic_id, r.partition_id, r.isr, r.image_offset) for r in got] == want
 
 
 def test_image_cli_json_and_table(replayed, capsys) -> None:

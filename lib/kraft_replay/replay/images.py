@@ -11,8 +11,8 @@
 * :func:`image_json` — the image as the JSON object of ``kraft-replay image --format json``.
 * :func:`image_snapshots` — the ``image_snapshots`` rows: full images at every metadata.version
   change and at requested offsets, one row per entity.
-* :func:`register_as_of_views` — every silver table as a temp view plus ``<table>_as_of`` views for
-  one offset, for SQL.
+* :func:`register_image_functions` — SQL table functions ``<table>_as_of(cluster, offset)`` and
+  ``<table>_broker_view(cluster, broker, time)`` (and ``broker_offset``) over the registered views.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 
 __all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "broker_offset", "image", "image_frames", "image_json",
-           "register_as_of_views", "entity_columns", "image_diff", "image_snapshots", "metadata_version_changes"]
+           "register_image_functions", "as_of_sql", "entity_columns", "image_diff", "image_snapshots", "metadata_version_changes"]
 
 #: the image's domains (the versioned tables)
 DOMAINS = VERSIONED_TABLES
@@ -248,18 +248,51 @@ def image_json(images: dict[str, DataFrame], cluster_id: str, offset: int) -> di
     return out
 
 
-def register_as_of_views(lake, offset: int | None = None) -> list[str]:  # noqa: ANN001 - a Lake
-    """Every lake table as a temp view (``Lake.register_views``); with ``offset``, also
-    ``<table>_as_of`` for each versioned table: its versions visible at that offset (one per live
-    entity). In SQL, any offset: ``WHERE valid_from_offset <= O AND (valid_to_offset IS NULL OR O <
-    valid_to_offset) AND NOT deleted``."""
-    names = lake.register_views()
-    if offset is not None:
-        for t in VERSIONED_TABLES:
-            if t in names:
-                as_of(lake.read(t), offset).createOrReplaceTempView(f"{t}_as_of")
-                names.append(f"{t}_as_of")
-    return names
+def as_of_sql(offset: str, alias: str = "") -> str:
+    """The rule of :func:`as_of` as a SQL predicate: versions (of ``alias``) visible at the SQL expression ``offset``."""
+    v = f"{alias}." if alias else ""
+    return (f"{v}valid_from_offset <= {offset} AND ({v}valid_to_offset IS NULL OR {offset} < {v}valid_to_offset) "
+            f"AND NOT {v}deleted")
+
+
+#: broker ``b``'s ``broker_applied`` interval (alias ``a``) holding ``at_time`` with a known offset (:func:`broker_offset`)
+_APPLIED_AT_SQL = ("a.cluster_id = c AND a.broker_id = b AND a.state = 'APPLIED' AND a.from_time <= at_time "
+                   "AND (a.to_time IS NULL OR at_time < a.to_time)")
+
+
+def register_image_functions(spark, tables: Iterable[str]) -> list[str]:  # noqa: ANN001 - a SparkSession
+    """SQL table functions over the views ``tables`` (registered first, e.g. by ``Lake.register_views``)
+    for the image as of any offset or any broker's cache at any time (docs/design.md "Visibility and
+    'as of offset'"; facts §5.1, §9.1):
+
+    * ``<table>_as_of(c STRING, at_offset BIGINT)`` for each versioned table: cluster ``c``'s live
+      entities at ``at_offset`` (:func:`as_of`), with ``image_offset``;
+    * with ``broker_applied``: ``broker_offset(c, b INT, at_time TIMESTAMP)``, broker ``b``'s applied
+      offset at ``at_time`` (null before its first sample or while unsampled), and ``<table>_broker_view(c, b, at_time)``,
+      the same entities as broker ``b``'s cache held them then.
+
+    Returns the function names."""
+    present = set(tables)
+    made: list[str] = []
+    if "broker_applied" in present:
+        spark.sql("CREATE OR REPLACE TEMPORARY FUNCTION broker_offset(c STRING, b INT, at_time TIMESTAMP) RETURNS BIGINT "
+                  f"RETURN (SELECT max(a.applied_offset) FROM broker_applied a WHERE {_APPLIED_AT_SQL})")
+        made.append("broker_offset")
+    for t in DOMAINS:
+        if t not in present:
+            continue
+        cols = entity_columns(t)
+        spark.sql(f"CREATE OR REPLACE TEMPORARY FUNCTION {t}_as_of(c STRING, at_offset BIGINT) RETURNS TABLE "
+                  f"RETURN SELECT cluster_id, at_offset AS image_offset, {', '.join(cols)} FROM {t} "
+                  f"WHERE cluster_id = c AND {as_of_sql('at_offset')}")
+        made.append(f"{t}_as_of")
+        if "broker_applied" in present:
+            spark.sql(f"CREATE OR REPLACE TEMPORARY FUNCTION {t}_broker_view(c STRING, b INT, at_time TIMESTAMP) "
+                      f"RETURNS TABLE RETURN SELECT v.cluster_id, a.applied_offset AS image_offset, "
+                      f"{', '.join('v.' + x for x in cols)} FROM {t} v JOIN broker_applied a ON {_APPLIED_AT_SQL} "
+                      f"WHERE v.cluster_id = c AND {as_of_sql('a.applied_offset', 'v')}")
+            made.append(f"{t}_broker_view")
+    return made
 
 
 def image_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

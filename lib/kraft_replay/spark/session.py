@@ -6,6 +6,7 @@ machine needs nothing but Python. Python workers run the same interpreter as the
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -166,6 +167,9 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
         builder = builder.config(key, value)
     _SESSION = builder.getOrCreate()
     _SESSION.sparkContext.setLogLevel("WARN")
+    # PySpark logs every failed statement's JVM stack trace as JSON on stderr before raising it; the
+    # callers turn the exception into one line, so that log is noise.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return _SESSION
 
 
