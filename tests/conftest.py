@@ -84,3 +84,65 @@ def tiny_generated(spark, tmp_path_factory) -> Generated:
     lake = Lake(str(root / "lake"), spark, backend="deltars")
     sc = load_scenario("tiny")
     return Generated(lake, CliResult(build_plan(sc), rows), root / "segments", sc.cluster_id, root / "lake", proc)
+
+
+# --- the tiny cluster replayed (outcome, SQL and report tests) ---------------------------------------
+
+@pytest.fixture(scope="session")
+def replayed_tiny(spark, tiny_generated, tmp_path_factory) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
+    """The ``tiny`` scenario (the session's CLI-generated lake, copied) replayed in-process, once."""
+    import shutil
+
+    from kraft_replay.lake import Lake
+    from kraft_replay.replay import run_replay
+
+    root = tmp_path_factory.mktemp("replayed-tiny") / "lake"
+    shutil.copytree(tiny_generated.lake_dir, root)
+    lk = Lake(str(root), spark, backend="deltars")
+    run_replay(spark, lk, say=lambda _: None)
+    return lk
+
+
+@pytest.fixture(scope="session")
+def gold_tiny(spark, replayed_tiny) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
+    """``replayed_tiny`` with every gold table: the outcomes (written by ``kraft-replay outcomes`` unless
+    an earlier test did) and ``cache_lag``."""
+    from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
+    from kraft_replay.outcomes.run import OUTCOME_TABLES
+    from kraft_replay.serve.cli import main
+
+    lake = replayed_tiny
+    if not all(lake.exists(t) for t in OUTCOME_TABLES):
+        assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
+    if not lake.exists(CACHE_LAG):
+        clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
+        write_cache_lag(lake, clusters, say=lambda _: None)
+    return lake
+
+
+# --- the browser tests: Debian's chromium driven by playwright, one browser for the test run --------
+
+CHROMIUM = os.environ.get("KRAFT_REPLAY_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (``make test`` installs Debian's chromium when missing; never skipped)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (tools/ensure_chromium.sh)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """Where tests leave screenshots for people to look at (``$KRAFT_REPLAY_ARTIFACTS``, else .artifacts/)."""
+    path = Path(os.environ.get("KRAFT_REPLAY_ARTIFACTS", ROOT / ".artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -28,9 +28,6 @@ from kraft_replay.serve import charts
 from kraft_replay.serve.dashboard import NO_DATA, create_app, reader_for, refresh
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = os.environ.get("KRAFT_REPLAY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 C1, C2 = "clusterA", "clusterB"
 BROKERS = {C1: [1, 2, 3], C2: [7, 8]}
@@ -429,18 +426,6 @@ def server(browser_lake):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def page(browser, server):
     """The dashboard loaded once; the tests share it and never reload it."""
     pg = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -449,14 +434,12 @@ def page(browser, server):
     pg.close()
 
 
-def test_browser_renders_the_lag_chart(page):
+def test_browser_renders_the_lag_chart(page, artifacts):
     expected = 2 * BUCKETS * len(BROKERS[C1])  # p99 and max traces of the first cluster's brokers
     page.wait_for_function(f"() => ({LAG_POINTS_JS})() === {expected}", timeout=30_000)
     page.wait_for_function("() => document.getElementById('status').innerText.includes('cache_lag v1')", timeout=10_000)
     assert page.locator("#broker-states .js-plotly-plot").count() == 1
     assert "no data yet" not in page.inner_text("#lag-offsets")
-    artifacts = Path(os.environ.get("KRAFT_REPLAY_ARTIFACTS", ROOT / ".artifacts"))
-    artifacts.mkdir(parents=True, exist_ok=True)
     shot = artifacts / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
     data = shot.read_bytes()

@@ -62,7 +62,8 @@ class LakeReader:
             return self.published_versions().get(name, head.version())
 
     def read(self, name: str, columns: list[str] | None = None) -> pa.Table | None:
-        """Table ``name`` (only ``columns`` when given) at :meth:`version`; None when it does not exist.
+        """Table ``name`` (only those of ``columns`` it has, when given) at :meth:`version`; None when it
+        does not exist.
         The same object is returned again until the version changes."""
         with self._lock:
             return self._read_at(name, self.version(name), columns)
@@ -78,7 +79,11 @@ class LakeReader:
         cached = self._cache.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
-        table = DeltaTable(self.uri(name), version=version).to_pyarrow_table(columns=columns)
+        dt = DeltaTable(self.uri(name), version=version)
+        if columns is not None:  # columns the table (at that version) lacks are left out, not an error
+            present = set(dt.schema().to_arrow().names)
+            columns = [c for c in columns if c in present]
+        table = dt.to_pyarrow_table(columns=columns)
         self._cache[key] = (version, table)
         self.reads += 1
         return table

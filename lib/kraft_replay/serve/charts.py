@@ -28,12 +28,13 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     "broker_states": ["cluster_id", "broker_id", "state", "from_time", "to_time", "broker_epoch", "heartbeat_gap",
                       "gap_ms"],
     "consistency_summary": ["cluster_id", "target_broker", "hour", "policy", "requests", "attempts", "admitted",
-                            "admitted_after_wait", "stale_metadata", "violations_avoided"],
+                            "admitted_after_wait", "stale_metadata", "violations", "violations_avoided", "retries",
+                            "wait_ms_p99"],
     "fencing_summary": ["cluster_id", "topic_name", "hour", "requests", "stale_leader_accepts", "fenced_by_check",
                         "lost_acks_0_1", "lost_acks_all"],
     "features": ["cluster_id", "name", "feature_level", "metadata_version", "deleted", "valid_from_time",
                  "valid_to_time"],
-    "feature_transitions": ["cluster_id", "feature", "time", "from_level", "to_level", "from_version", "to_version",
+    "feature_transitions": ["cluster_id", "feature", "offset", "time", "from_level", "to_level", "from_version", "to_version",
                             "kind", "unsupported_nodes"],
 }
 #: the broker column of the tables filtered by broker

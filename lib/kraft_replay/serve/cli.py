@@ -14,7 +14,7 @@ import sys
 
 # Subcommand modules, in the order `--help` lists them. Missing modules are skipped so the
 # CLI keeps working while later issues add theirs.
-SUBCOMMANDS = ("demo", "tables", "ingest", "ingest_metrics", "generate", "replay", "image", "outcomes", "features", "sql", "dashboard")
+SUBCOMMANDS = ("demo", "tables", "ingest", "ingest_metrics", "generate", "replay", "image", "outcomes", "features", "sql", "dashboard", "report")
 
 
 class UserError(Exception):
