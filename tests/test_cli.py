@@ -84,3 +84,14 @@ def test_global_option_defaults_and_version(capsys):
         build_parser().parse_args(["--version"])
     assert exit_info.value.code == 0
     assert re.fullmatch(r"kraft-replay \S+\n", capsys.readouterr().out)
+
+
+def test_every_subcommand_help_shows_an_example(capsys):
+    from kraft_replay.serve.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - the subcommand parsers
+    assert {"demo", "tables", "ingest", "replay", "outcomes", "sql", "dashboard", "report"} <= set(commands)
+    for name, sub in commands.items():
+        text = sub.format_help()
+        assert re.search(rf"^examples?:\n\s+kraft-replay {name}\b", text, re.M), f"{name} --help has no example"

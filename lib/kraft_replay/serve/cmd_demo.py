@@ -203,5 +203,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="ingest the sample node and dump text, query bronze, replay it into the silver "
-                                    "tables and print its image, and exercise the lake")
+                                    "tables and print its image, and exercise the lake",
+                       description="A short end-to-end run on the embedded default: the samples shipped with "
+                                   "kraft-replay ingested, queried in SQL, replayed, and the lake exercised.",
+                       epilog="example:\n  kraft-replay demo --lake ./lake\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=_run)

@@ -16,6 +16,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "generate",
         help="generate a scenario's metadata log, apply timelines and client requests into the lake",
         description="Generate a realistic KRaft cluster from a scenario file, in Spark, deterministic for a seed.",
+        epilog="examples:\n"
+               "  kraft-replay generate --scenario tiny --lake ./lake\n"
+               "  kraft-replay generate --scenario demo --lake ./lake --segments-out ./demo-node   # also real files\n"
+               "  kraft-replay generate --scenario my-cluster.yaml --seed 7 --lake ./lake\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--scenario", required=True, help="scenario name in conf/scenarios (tiny, demo, large) or a YAML path")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")

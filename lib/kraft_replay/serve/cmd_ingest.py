@@ -20,6 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="ingest __cluster_metadata segments, snapshots, bootstrap.checkpoint and dump-log text",
         description="Decode KRaft metadata files (a node's data dir, its __cluster_metadata-0 dir, files or globs; "
                     "local or any URI pyarrow.fs reads) into the bronze Delta tables.",
+        epilog="examples:\n"
+               "  kraft-replay ingest /var/lib/kafka/data --lake ./lake                # a node's data dir\n"
+               "  kraft-replay ingest 'node*/__cluster_metadata-0' --lake ./lake --cluster-id MkU3OEVBNTcwNTJENDM2Qg\n"
+               "  kraft-replay ingest dump-log.txt --lake ./lake --cluster-id C        # kafka-dump-log text\n"
+               "  kraft-replay ingest /var/lib/kafka/data --lake ./lake --follow --interval 1   # tail a live node\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")

@@ -19,7 +19,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "replay", help="replay the bronze metadata log into the versioned silver tables",
         description="Replay the bronze tables (metadata_log, metadata_control, snapshot_records) into the silver "
-                    "tables: one version per entity and change, replay anomalies, log batches and commit state.")
+                    "tables: one version per entity and change, replay anomalies, log batches and commit state.",
+        epilog="examples:\n"
+               "  kraft-replay replay --lake ./lake                                  # batch, every cluster\n"
+               "  kraft-replay replay --lake ./lake --cluster-id C --image-at 7751\n"
+               "  kraft-replay replay --lake ./lake --available-now                  # stream what is new, then stop\n"
+               "  kraft-replay replay --lake ./lake --mode stream --trigger 1        # live, until interrupted\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
     p.add_argument("--cluster-id", default=None, help="replay only this cluster (default: every cluster in the lake)")
     p.add_argument("--mode", choices=("batch", "stream"), default=None,

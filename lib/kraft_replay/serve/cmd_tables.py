@@ -32,6 +32,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("tables", help="list every table: version, row count, schema")
+    p = sub.add_parser("tables", help="list every table: version, row count, schema",
+                       description="List every table of the lake as readers see it (its published version, else its "
+                                   "latest): version, rows, files, partitioning, schema, and commits not yet published.",
+                       epilog="examples:\n  kraft-replay tables --lake ./lake\n  kraft-replay tables --lake ./lake --json | jq '.[].name'\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_run)
