@@ -63,56 +63,47 @@ def test_the_wheel_carries_profiles_scenarios_policies_and_samples(installed, tm
 
 @pytest.mark.slow
 def test_demo_then_tables_from_an_empty_directory(installed, tmp_path):
-    """The installed CLI's demo, run twice from an empty directory: the second run ingests nothing twice."""
+    """The installed CLI's demo on the tiny scenario, from an empty directory: generate, ingest, replay,
+    outcomes and report, then the tables it published and the report it wrote."""
     from deltalake import DeltaTable
 
-    from kraft_replay.ingest.dumptext import parse_dump_text
-    from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, SILVER_TABLES
+    from kraft_replay.outcomes.run import OUTCOME_TABLES
+    from kraft_replay.replay.schemas import SILVER_TABLES
 
     cwd = tmp_path / "empty"
     cwd.mkdir()
     cli = [str(installed / "kraft-replay"), "--profile", "test"]
-    demo = _run([*cli, "demo", "--lake", "lake"], cwd=cwd)
-    assert demo.returncode == 0, demo.stderr[-3000:]
+    demo = _run([*cli, "demo", "--lake", "lake", "--scenario", "tiny"], cwd=cwd, timeout=900)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     out = demo.stdout
     assert "demo OK" in out
-    assert "v1 has 1000 rows" in out and "latest v2 1500" in out
-    assert "streamed demo_events -> demo_events_copy: 1500 rows" in out
-    assert re.search(r"re-ingest of the same files: [1-9]\d* skipped, 0 rows written", out), out
-    assert re.search(r"\[image\] demo-node1 as of offset \d+: metadata.version \d\.\d+-IV\d; \d+ topics, \d+ partitions", out), out
+    for step in ("[1/5 generate]", "[2/5 ingest]", "[3/5 replay]", "[4/5 outcomes]", "[5/5 report]"):
+        assert step in out, step
+    assert "kraft-replay dashboard --lake lake" in out
+    report = cwd / "lake" / "report.html"
+    assert report.is_file() and "cache lag" in report.read_text().lower()
 
     listing = _run([*cli, "tables", "--lake", "lake", "--json"], cwd=cwd)
     assert listing.returncode == 0, listing.stderr[-3000:]
     tables = {t["name"]: t for t in json.loads(listing.stdout)}
-    bronze = {"metadata_log", "metadata_control", "snapshot_records", "ingest_quarantine", "ingest_files"}
-    assert set(tables) == {"demo_events", "demo_events_copy", IMAGE_SNAPSHOTS} | bronze | set(SILVER_TABLES)
-    assert (tables["demo_events"]["version"], tables["demo_events"]["rows"]) == (2, 1500)
-    assert tables["demo_events_copy"]["rows"] == 1500
-    assert tables["demo_events"]["partition_by"] == ["bucket"]
-    assert [f["name"] for f in tables["demo_events"]["schema"]["fields"]] == ["id", "kind", "value", "at", "bucket"]
+    assert set(SILVER_TABLES) | set(OUTCOME_TABLES) | {"metadata_log", "cache_lag", "broker_applied"} <= set(tables)
+    assert not any(name.startswith("_") for name in tables)  # the demo's scratch lake stays out of sight
     assert tables["ingest_quarantine"]["rows"] == 0
-    # The binary sample's log records plus the dump-text sample's log records, nothing else.
-    text_file = ROOT / "data" / "samples" / "dumplog" / "cluster-metadata-decoder.txt"
-    text_rows = parse_dump_text(text_file.read_text(), source_file=text_file.name, cluster_id="x").log.num_rows
-    assert tables["metadata_log"]["rows"] == _sample_log_records() + text_rows
-    # The reader sees exactly what the demo wrote, via an independent Delta reader too.
-    assert DeltaTable(str(cwd / "lake" / "demo_events")).to_pyarrow_table().num_rows == 1500
-
-    again = _run([*cli, "--lake", "lake", "demo"], cwd=cwd)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "demo OK" in again.stdout
-    relisted = {t["name"]: t for t in json.loads(_run([*cli, "--lake", "lake", "tables", "--json"], cwd=cwd).stdout)}
-    assert relisted["metadata_log"]["rows"] == tables["metadata_log"]["rows"]
+    # the log in the lake came from the node's files: as many records as the segments hold
+    assert tables["metadata_log"]["rows"] == _log_records(cwd / "lake" / "_demo" / "node") > 0
+    for name in ("partitions", "cache_lag", "consistency_outcomes", "fencing_outcomes", "feature_transitions"):
+        assert tables[name]["rows"] > 0, name
+    assert DeltaTable(str(cwd / "lake" / "cache_lag")).to_pyarrow_table().num_rows == tables["cache_lag"]["rows"]
 
 
-def _sample_log_records() -> int:
-    """Data records in the sample node's log segments, counted by the codec (not by the pipeline)."""
+def _log_records(node: Path) -> int:
+    """Data records in a node's log segments, counted by the codec (not by the pipeline)."""
     from kraft_replay.codec.batch import iter_batches
 
     total = 0
-    for seg in sorted((ROOT / "data" / "samples" / "node1" / "__cluster_metadata-0").glob("*.log")):
+    for seg in sorted((node / "__cluster_metadata-0").glob("*.log")):
         for item in iter_batches(seg.read_bytes()):
-            assert not getattr(item, "reason_code", None), f"sample {seg.name} has a corrupt batch"
+            assert not getattr(item, "reason_code", None), f"{seg.name} has a corrupt batch"
             if not item.is_control:
                 total += len(item.records)
     return total
