@@ -115,3 +115,52 @@ def test_stop_then_get_builds_a_new_live_session(tmp_path):
     out = _run(code, env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "NEW True" in out.stdout and "COUNT 10" in out.stdout
+
+
+def test_another_profile_while_a_session_lives_is_an_error(spark):
+    import pytest
+
+    from kraft_replay.spark import SessionError, get_spark
+
+    with pytest.raises(SessionError, match="profile 'test' is running in this process; stop it .* profile 'local'"):
+        get_spark("local")
+    assert get_spark("test") is spark
+
+
+def test_settings_from_the_environment_delta_jars_and_the_package_zip(tmp_path, monkeypatch):
+    import zipfile
+
+    import pytest
+
+    from kraft_replay.spark.session import SessionError, _env_conf, delta_jar_configured, package_zip
+
+    monkeypatch.setenv("KRAFT_REPLAY_SPARK_CONF", "spark.sql.shuffle.partitions=4, spark.executor.memory=512m\na.b=c=d")
+    assert _env_conf() == {"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "512m", "a.b": "c=d"}
+    monkeypatch.setenv("KRAFT_REPLAY_SPARK_CONF", "spark.x")
+    with pytest.raises(SessionError, match="'spark.x' is not key=value"):
+        _env_conf()
+
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    assert not delta_jar_configured({})  # no Maven here: the jar is nowhere unless named
+    assert delta_jar_configured({"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"})
+    assert delta_jar_configured({"spark.jars": "/opt/x.jar,/opt/delta-spark_2.13-4.0.0.jar"})
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "delta-spark_2.13-4.0.0.jar").write_bytes(b"")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    assert delta_jar_configured({})
+
+    z = package_zip()
+    assert z == package_zip()  # built once per content
+    names = zipfile.ZipFile(z).namelist()
+    assert "kraft_replay/spark/session.py" in names and "kraft_replay/serve/cli.py" in names
+    assert not any("__pycache__" in n for n in names)
+
+
+def test_a_profile_without_a_master_outside_spark_submit_is_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("KRAFT_REPLAY_SPARK_MASTER", "PYSPARK_GATEWAY_PORT")}
+    env["PYTHONPATH"] = str(ROOT / "lib")
+    proc = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "cluster", "tables", "--lake",
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("kraft-replay tables: error: profile 'cluster' sets no Spark master: run the job with "
+                                   "spark-submit --master URL, or set KRAFT_REPLAY_SPARK_MASTER (e.g. spark://host:7077)")

@@ -25,6 +25,9 @@ class SparkProfile(BaseModel):
     driver_memory: str | None = "4g"
     shuffle_partitions: int = Field(4, ge=1)
     ui: bool = False
+    #: apply Delta's SQL extension and catalog (``spark.sql.extensions``, ``spark.sql.catalog.spark_catalog``)
+    #: when the delta-spark jar is configured (spark.jars.packages, spark.jars, $SPARK_HOME/jars)
+    delta_sql: bool = False
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("conf", mode="before")

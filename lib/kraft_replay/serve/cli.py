@@ -27,6 +27,7 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
         ("kraft_replay.lake.errors", "LakeError"),
         ("kraft_replay.config", "ConfigError"),
         ("kraft_replay.spark.session", "JavaNotFoundError"),
+        ("kraft_replay.spark.session", "SessionError"),
         ("kraft_replay.ingest.errors", "IngestError"),
         ("kraft_replay.generate.errors", "ScenarioError"),
         ("kraft_replay.replay.images", "ImageError"),

@@ -120,52 +120,140 @@ def spark_java_home(home: Path) -> Path:
 
 
 _SESSION = None
+_SESSION_PROFILE: Profile | None = None
+
+#: Delta's SQL extension and catalog (profile ``delta_sql``), set only when the delta-spark jar is configured
+DELTA_SQL_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+class SessionError(RuntimeError):
+    """The session cannot be built as asked (one line: why, and what to do)."""
+
+
+def _is_local(master: str | None) -> bool:
+    return master is not None and master.startswith("local")
+
+
+def delta_jar_configured(settings: dict[str, str]) -> bool:
+    """Whether the delta-spark jar will be on the classpath: named in ``spark.jars.packages`` or
+    ``spark.jars``, or in ``$SPARK_HOME/jars`` or pyspark's own ``jars/``."""
+    if "delta-spark" in settings.get("spark.jars.packages", ""):
+        return True
+    if any("delta-spark" in Path(j).name for j in settings.get("spark.jars", "").split(",") if j):
+        return True
+    import pyspark
+
+    dirs = [Path(pyspark.__file__).parent / "jars"]
+    if os.environ.get("SPARK_HOME"):
+        dirs.append(Path(os.environ["SPARK_HOME"]) / "jars")
+    return any(d.is_dir() and any(d.glob("delta-spark*.jar")) for d in dirs)
+
+
+def package_zip() -> Path:
+    """The ``kraft_replay`` package as a zip for a cluster's executors (``spark.submit.pyFiles``), built
+    once per content in the temp directory."""
+    import hashlib
+    import tempfile
+    import zipfile
+
+    pkg = Path(__file__).resolve().parents[1]
+    files = sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    digest = hashlib.sha1()
+    for f in files:
+        digest.update(str(f.relative_to(pkg)).encode())
+        digest.update(f.read_bytes())
+    target = Path(tempfile.gettempdir()) / f"kraft_replay-{digest.hexdigest()[:12]}.zip"
+    if not target.is_file():
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in files:
+                z.write(f, Path("kraft_replay") / f.relative_to(pkg))
+        os.replace(tmp, target)
+    return target
+
+
+def _env_conf() -> dict[str, str]:
+    """``$KRAFT_REPLAY_SPARK_CONF``: extra settings over the profile's, ``key=value`` pairs separated by
+    commas or newlines (what ``spark-submit --conf`` gives a job)."""
+    raw = os.environ.get("KRAFT_REPLAY_SPARK_CONF", "")
+    pairs = [p.strip() for p in raw.replace("\n", ",").split(",") if p.strip()]
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise SessionError(f"KRAFT_REPLAY_SPARK_CONF: {bad[0]!r} is not key=value")
+    return dict(p.split("=", 1) for p in pairs)
 
 
 def get_spark(profile: str | Profile = "local", **overrides: str):
     """Return the process-wide SparkSession, creating it from ``profile`` the first time.
 
-    ``overrides`` are extra ``spark.*`` settings (e.g. ``{"spark.sql.shuffle.partitions": "8"}``).
+    ``overrides`` are extra ``spark.*`` settings (e.g. ``{"spark.sql.shuffle.partitions": "8"}``), over
+    ``$KRAFT_REPLAY_SPARK_CONF`` (``key=value,...``), over the profile's. A later call naming another profile while the session lives is a :class:`SessionError` (stop it
+    with :func:`stop_spark` first). The master is ``$KRAFT_REPLAY_SPARK_MASTER``, else the profile's,
+    else spark-submit's. A local master binds the driver to 127.0.0.1 and its workers import
+    kraft_replay from this process's path; any other master gets the driver address from
+    ``$KRAFT_REPLAY_DRIVER_HOST`` (else Spark's choice) and the package as a zip (:func:`package_zip`).
     """
-    global _SESSION
-    if _SESSION is not None and _SESSION._jsc is not None:  # noqa: SLF001 - session still alive
-        return _SESSION
+    global _SESSION, _SESSION_PROFILE
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    if _SESSION is not None and _SESSION._jsc is not None:  # noqa: SLF001 - session still alive
+        if _SESSION_PROFILE is not None and prof != _SESSION_PROFILE:
+            raise SessionError(f"a SparkSession built from profile {_SESSION_PROFILE.name!r} is running in this process; "
+                               f"stop it (kraft_replay.spark.stop_spark()) before using profile {prof.name!r}")
+        return _SESSION
     sp = prof.spark
+    master = os.environ.get("KRAFT_REPLAY_SPARK_MASTER") or sp.master
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        raise SessionError(f"profile {prof.name!r} sets no Spark master: run the job with spark-submit --master URL, "
+                           "or set KRAFT_REPLAY_SPARK_MASTER (e.g. spark://host:7077)")
+    local = _is_local(master)
 
     os.environ["JAVA_HOME"] = str(spark_java_home(find_java_home()))
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # The workers must import kraft_replay too: put lib/ on their path.
-    lib_dir = str(Path(__file__).resolve().parents[2])
-    pp = os.environ.get("PYTHONPATH", "")
-    if lib_dir not in pp.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (lib_dir, pp) if p)
+    if local:  # local workers import kraft_replay from where this process does
+        lib_dir = str(Path(__file__).resolve().parents[2])
+        pp = os.environ.get("PYTHONPATH", "")
+        if lib_dir not in pp.split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (lib_dir, pp) if p)
 
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(sp.app_name)
-    if sp.master:
-        builder = builder.master(sp.master)
+    if master:
+        builder = builder.master(master)
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -XX:+UseG1GC"
     settings = {
         "spark.sql.shuffle.partitions": str(sp.shuffle_partitions),
         "spark.ui.enabled": "true" if sp.ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.warehouse.dir": os.environ.get("KRAFT_REPLAY_WAREHOUSE", str(Path.cwd() / ".spark-warehouse")),
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
     }
+    if local:
+        settings.update({"spark.executor.extraJavaOptions": java_opts,
+                         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    elif os.environ.get("KRAFT_REPLAY_DRIVER_HOST"):
+        settings["spark.driver.host"] = os.environ["KRAFT_REPLAY_DRIVER_HOST"]
     if sp.driver_memory:
         settings["spark.driver.memory"] = sp.driver_memory
     settings.update(sp.conf)
+    settings.update(_env_conf())
     settings.update(overrides)
+    if sp.delta_sql and delta_jar_configured(settings):
+        for key, value in DELTA_SQL_CONF.items():
+            settings.setdefault(key, value)
+    if not local:
+        shipped = [f for f in settings.get("spark.submit.pyFiles", "").split(",") if f]
+        settings["spark.submit.pyFiles"] = ",".join([*shipped, str(package_zip())])
     for key, value in settings.items():
         builder = builder.config(key, value)
     _SESSION = builder.getOrCreate()
+    _SESSION_PROFILE = prof
     _SESSION.sparkContext.setLogLevel("WARN")
     # PySpark logs every failed statement's JVM stack trace as JSON on stderr before raising it; the
     # callers turn the exception into one line, so that log is noise.
@@ -175,10 +263,11 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
 
 def stop_spark() -> None:
     """Stop the process-wide session; the next ``get_spark`` builds a new one."""
-    global _SESSION
+    global _SESSION, _SESSION_PROFILE
     if _SESSION is not None:
         _SESSION.stop()
         _SESSION = None
+        _SESSION_PROFILE = None
 
 
 @contextmanager
