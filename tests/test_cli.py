@@ -95,3 +95,12 @@ def test_every_subcommand_help_shows_an_example(capsys):
     for name, sub in commands.items():
         text = sub.format_help()
         assert re.search(rf"^examples?:\n\s+kraft-replay {name}\b", text, re.M), f"{name} --help has no example"
+
+
+def test_demo_with_an_unknown_scenario_is_one_line_before_spark(capsys, tmp_path):
+    from kraft_replay.serve.cli import main
+
+    assert main(["demo", "--lake", str(tmp_path / "lake"), "--scenario", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kraft-replay demo: error: scenario 'nosuch' not found") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "lake").exists()

@@ -456,3 +456,10 @@ def test_browser_shows_appended_rows_without_reload(page, browser_lake):
     assert page.evaluate("() => window.__not_reloaded === true")
     assert DeltaTable(str(browser_lake / "cache_lag")).version() == 2
     assert "cache_lag v2" in page.inner_text("#status")
+
+
+def test_a_port_out_of_range_is_one_line(capsys, tmp_path):
+    from kraft_replay.serve.cli import main
+
+    assert main(["dashboard", "--lake", str(tmp_path), "--port", "99999"]) == 2
+    assert capsys.readouterr().err.strip() == "kraft-replay dashboard: error: --port must be a TCP port (1-65535), not 99999"

@@ -52,6 +52,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.refresh <= 0:
         raise UserError(f"--refresh must be a positive number of seconds, not {args.refresh}")
+    if not 1 <= args.port <= 65535:
+        raise UserError(f"--port must be a TCP port (1-65535), not {args.port}")
     root = _lake_root(args)
     _check_port_free(args.host, args.port)
     app = create_app(root, refresh_ms=int(args.refresh * 1000))

@@ -110,8 +110,11 @@ def run_demo(spark, lake, scenario_name: str = "demo", out: Callable[[str], None
 
 
 def _run(args: argparse.Namespace) -> int:
+    from kraft_replay.generate.plan import build_plan
+    from kraft_replay.generate.scenario import load_scenario
     from kraft_replay.serve.common import open_lake
 
+    build_plan(load_scenario(args.scenario))  # a bad scenario is one line before Spark starts
     spark, lake = open_lake(args)
     t0 = time.time()
     res = run_demo(spark, lake, args.scenario)
