@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,9 +19,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_ingests_samples_then_is_idempotent(tmp_path: Path) -> None:
     lake = str(tmp_path / "lake")
-    out = _cli("ingest", str(ROOT / "data" / "samples" / "node1"), "--lake", lake, "--strict")
+    out = _cli("ingest", str(ROOT / "data" / "samples" / "node1"), "--lake", lake, "--strict", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "4 file(s)" in out.stdout and "metadata_log=" in out.stdout
+    doc = json.loads(out.stdout)  # --json: the summary as one object on stdout
+    assert len(doc["files"]) == 4 and doc["rows"]["metadata_log"] > 0 and doc["quarantined"] == 0
+    assert doc["records"] >= doc["rows"]["metadata_log"] and set(doc["published"]) >= {"metadata_log", "ingest_files"}
     assert "decoding 4 file(s)" in out.stderr  # progress lines
     again = _cli("ingest", str(ROOT / "data" / "samples" / "node1"), "--lake", lake)
     assert again.returncode == 0 and again.stdout.count("already ingested") == 4 and "metadata_log=0" in again.stdout

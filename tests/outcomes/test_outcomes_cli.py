@@ -4,6 +4,7 @@ cluster and a bad policy file; ``--only`` writes one proposal's tables."""
 
 from __future__ import annotations
 
+import json
 from contextlib import nullcontext
 
 import pytest
@@ -38,7 +39,10 @@ def test_outcomes_publishes_the_four_tables(spark, replayed_tiny, capsys, tmp_pa
     assert line.endswith(f"requests {api_versions:,}"), line
     before = lake.published_versions()
     # --only fencing: the fencing tables get a new version, the consistency ones keep theirs
-    assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "fencing"]) == 0
+    capsys.readouterr()
+    assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "fencing", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # --json: the summary as one object
+    assert set(doc["rows"]) == {"fencing_outcomes", "fencing_summary"} and doc["rows"]["fencing_outcomes"] > 0
     after = lake.published_versions()
     assert after["fencing_outcomes"] > before["fencing_outcomes"]
     assert after["consistency_outcomes"] == before["consistency_outcomes"]

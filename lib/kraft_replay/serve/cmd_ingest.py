@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "  kraft-replay ingest /var/lib/kafka/data --lake ./lake --follow --interval 1   # tail a live node\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
     p.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
     p.add_argument("--cluster-id", default=None,
@@ -57,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
              if v is not None]
     if given and not args.follow:
         raise IngestError(f"{given[0]} is an option of --follow; add --follow to tail the files")
+    if args.json and args.follow:
+        raise IngestError("--json prints one run's summary; --follow reports every poll as a line")
     if args.follow:
         return _follow(args)
     files, _skipped = discover(list(args.paths), args.cluster_id)  # bad input fails here, before Spark starts
@@ -69,6 +72,11 @@ def run(args: argparse.Namespace) -> int:
 
     summary = run_ingest(spark, lake, list(args.paths), cluster_id=args.cluster_id, strict=args.strict,
                          split_bytes=args.split_mb * 1024 * 1024, say=say)
+    if args.json:
+        from kraft_replay.serve.common import print_json
+
+        print_json(summary, records_per_s=round(summary.records_per_s, 1), mb_per_s=round(summary.mb_per_s, 3))
+        return 0
     for line in summary.lines():
         print(line, flush=True)
     return 0

@@ -45,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--features-policy", default=None, metavar="FILE",
                    help="feature policy for KIP-1155 verdicts (YAML: downgrade_capable_level; default "
                         "conf/policies/features.yaml)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
     p.set_defaults(func=run)
 
 
@@ -72,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
                                features_policy=features_policy, say=lambda s: print(s, file=sys.stderr, flush=True))
     except OutcomesError as exc:
         raise UserError(str(exc)) from None
+    if args.json:
+        from kraft_replay.serve.common import print_json
+
+        print_json(summary)
+        return 0
     for line in summary.lines():
         print(line, flush=True)
     return 0

@@ -20,3 +20,13 @@ def open_lake(args: argparse.Namespace):
     spark = get_spark(profile)
     backend = args.backend or profile.lake.backend
     return spark, Lake(root, spark, backend=backend, target_file_rows=profile.lake.target_file_rows)
+
+
+def print_json(summary: object, **extra: object) -> None:
+    """A job's summary (a dataclass) and ``extra`` fields as one JSON object on stdout (``--json``)."""
+    import dataclasses
+    import json
+
+    doc = dataclasses.asdict(summary) if dataclasses.is_dataclass(summary) else dict(summary)  # type: ignore[arg-type]
+    doc.update(extra)
+    print(json.dumps(doc, default=str, indent=2), flush=True)
