@@ -79,7 +79,7 @@ def test_demo_then_tables_from_an_empty_directory(installed, tmp_path):
     assert "demo OK" in out
     for step in ("[1/5 generate]", "[2/5 ingest]", "[3/5 replay]", "[4/5 outcomes]", "[5/5 report]"):
         assert step in out, step
-    assert "kraft-replay dashboard --lake lake" in out
+    assert f"kraft-replay dashboard --lake {cwd / 'lake'}" in out
     report = cwd / "lake" / "report.html"
     assert report.is_file() and "cache lag" in report.read_text().lower()
 

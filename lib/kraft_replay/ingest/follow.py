@@ -181,16 +181,21 @@ def _poll(spark, lake, paths: list[str], cluster_id: str | None, positions: dict
     say(f"poll {report.polls}: {len(slices)} new piece(s) ingested and published")
 
 
-def follow(spark, lake, paths: list[str], *, cluster_id: str | None = None, interval: float = 1.0,  # noqa: ANN001
-           polls: int | None = None, run_for: float | None = None,
-           say: Callable[[str], None] = print) -> FollowReport:
-    """Poll ``paths`` every ``interval`` seconds (``polls`` times, for ``run_for`` seconds, or until
-    interrupted), ingesting whole new batches, new snapshots and new segments exactly once."""
+def check_follow_paths(paths: list[str]) -> None:
+    """The paths ``--follow`` can tail: local and existing (an :class:`IngestError` naming the first that is not)."""
     if any(is_uri(p) for p in paths):
         raise IngestError("--follow tails local files only (a node's data dir on this machine)")
     for p in paths:
         if not os.path.exists(os.path.expanduser(p)):
             raise IngestError(f"{p}: no such file or directory; check the path")
+
+
+def follow(spark, lake, paths: list[str], *, cluster_id: str | None = None, interval: float = 1.0,  # noqa: ANN001
+           polls: int | None = None, run_for: float | None = None,
+           say: Callable[[str], None] = print) -> FollowReport:
+    """Poll ``paths`` every ``interval`` seconds (``polls`` times, for ``run_for`` seconds, or until
+    interrupted), ingesting whole new batches, new snapshots and new segments exactly once."""
+    check_follow_paths(paths)
     paths = [os.path.expanduser(p) for p in paths]
     report = FollowReport()
     positions = _read_positions(lake)

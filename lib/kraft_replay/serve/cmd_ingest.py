@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _follow(args: argparse.Namespace) -> int:
     from kraft_replay.ingest.errors import IngestError
-    from kraft_replay.ingest.follow import follow
+    from kraft_replay.ingest.follow import check_follow_paths, follow
     from kraft_replay.serve.common import open_lake
 
     interval = 1.0 if args.interval is None else args.interval
@@ -96,6 +96,7 @@ def _follow(args: argparse.Namespace) -> int:
         raise IngestError(f"--run-for must be > 0 seconds, got {args.run_for:g}")
     if args.strict:
         raise IngestError("--strict and --follow exclude each other: a live tail quarantines what it cannot decode")
+    check_follow_paths(list(args.paths))  # bad paths fail here, before Spark starts
     spark, lake = open_lake(args)
 
     def say(line: str) -> None:
