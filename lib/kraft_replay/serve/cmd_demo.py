@@ -44,7 +44,7 @@ def run_demo(spark, lake, scenario_name: str = "demo", out: Callable[[str], None
     from kraft_replay.outcomes.cache_lag import write_cache_lag
     from kraft_replay.outcomes.run import run_outcomes
     from kraft_replay.replay.run import run_replay
-    from kraft_replay.serve.report import write_report
+    from kraft_replay.serve.report import facts_line, write_report
 
     scenario = load_scenario(scenario_name)
     cid = scenario.cluster_id
@@ -93,11 +93,7 @@ def run_demo(spark, lake, scenario_name: str = "demo", out: Callable[[str], None
     done("outcomes")
 
     rep = write_report(lake.root, res.report, cid)
-    facts = rep.facts[cid]
-    out(f"[5/5 report] {res.report} ({res.report.stat().st_size / 1e6:.1f} MB): worst cache lag "
-        f"{facts['max_offset_lag']:,} offsets / {facts['max_time_lag_ms']:,} ms; violations avoided by tokens "
-        f"{facts['violations_avoided']:,}; stale-leader writes {facts['stale_leader_accepts']:,}; "
-        f"feature transitions {facts['feature_transitions']}")
+    out(f"[5/5 report] {res.report} ({res.report.stat().st_size / 1e6:.1f} MB): {facts_line(rep.facts[cid])}")
     done("report")
 
     res.rows["metadata_log"] = lake.read("metadata_log").where(f"cluster_id = '{cid}'").count()

@@ -19,7 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from kraft_replay.lake.reader import LakeReader
     from kraft_replay.serve import charts
     from kraft_replay.serve.cli import UserError
-    from kraft_replay.serve.report import write_report
+    from kraft_replay.serve.report import facts_line, write_report
 
     root = args.lake or load_profile(args.profile).lake.root
     if not root or not Path(root).is_dir():
@@ -37,10 +37,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(f"report: {rep.path.resolve()} ({rep.path.stat().st_size / 1e6:.1f} MB, {len(rep.clusters)} cluster(s))")
     for c, facts in rep.facts.items():
-        print(f"  {c}: worst lag {facts['max_offset_lag']:,} offsets / {facts['max_time_lag_ms']:,} ms; "
-              f"violations avoided {facts['violations_avoided']:,} (p99 wait {facts['wait_ms_p99']:,} ms); "
-              f"stale-leader writes {facts['stale_leader_accepts']:,}, lost {facts['lost_writes']:,}; "
-              f"feature transitions {facts['feature_transitions']}")
+        print(f"  {c}: {facts_line(facts)}")
     print(f"open it in a browser: file://{rep.path.resolve()}")
     return 0
 

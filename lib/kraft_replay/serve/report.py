@@ -73,6 +73,14 @@ def headline(frames: charts.Frames) -> dict[str, int]:
     }
 
 
+def facts_line(facts: dict[str, int]) -> str:
+    """The headline figures of :func:`headline` as one line of text (the CLI's summaries)."""
+    return (f"worst cache lag {facts['max_offset_lag']:,} offsets / {facts['max_time_lag_ms']:,} ms; "
+            f"violations avoided by tokens {facts['violations_avoided']:,} (p99 wait {facts['wait_ms_p99']:,} ms); "
+            f"stale-leader writes {facts['stale_leader_accepts']:,}, lost {facts['lost_writes']:,}; "
+            f"feature transitions {facts['feature_transitions']}")
+
+
 FACT_LABELS = {
     "brokers": "brokers", "max_offset_lag": "worst cache lag (offsets)", "max_time_lag_ms": "worst cache lag (ms)",
     "violations_without_tokens": "monotonic-read violations without tokens",
