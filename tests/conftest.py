@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -77,10 +77,12 @@ def tiny_generated(spark, tmp_path_factory) -> Generated:
     from kraft_replay.lake import Lake
 
     root = tmp_path_factory.mktemp("gen")
-    proc = run_generate_cli("--scenario", "tiny", "--lake", str(root / "lake"), "--segments-out", str(root / "segments"))
+    proc = run_generate_cli("--scenario", "tiny", "--lake", str(root / "lake"), "--segments-out", str(root / "segments"),
+                            "--json")
     assert proc.returncode == 0, f"kraft-replay generate failed ({proc.returncode}): {proc.stderr[-3000:]}"
-    rows = {m.group(1): int(m.group(2).replace(",", ""))
-            for m in re.finditer(r"^\s+(\w+)\s+([\d,]+) rows$", proc.stdout, re.MULTILINE)}
+    doc = json.loads(proc.stdout)  # --json: the summary is the only thing on stdout
+    assert (doc["scenario"], doc["lake"], len(doc["segment_files"])) == ("tiny", str(root / "lake"), 9), doc
+    rows = doc["rows"]
     lake = Lake(str(root / "lake"), spark, backend="deltars")
     sc = load_scenario("tiny")
     return Generated(lake, CliResult(build_plan(sc), rows), root / "segments", sc.cluster_id, root / "lake", proc)
@@ -104,45 +106,20 @@ def replayed_tiny(spark, tiny_generated, tmp_path_factory) -> "Lake":  # noqa: F
 
 
 @pytest.fixture(scope="session")
-def gold_tiny(spark, replayed_tiny) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
-    """``replayed_tiny`` with every gold table: the outcomes (written by ``kraft-replay outcomes`` unless
-    an earlier test did) and ``cache_lag``."""
-    from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
-    from kraft_replay.outcomes.run import OUTCOME_TABLES
+def gold_tiny(spark, replayed_tiny, tmp_path_factory) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
+    """A copy of ``replayed_tiny`` with every gold table written with the defaults: the outcomes by
+    ``kraft-replay outcomes`` (default policy) and ``cache_lag`` (1 s buckets). Tests that rewrite
+    ``replayed_tiny``'s gold tables with other settings do not reach this copy; it is read only."""
+    import shutil
+
+    from kraft_replay.lake import Lake
+    from kraft_replay.outcomes.cache_lag import write_cache_lag
     from kraft_replay.serve.cli import main
 
-    lake = replayed_tiny
-    if not all(lake.exists(t) for t in OUTCOME_TABLES):
-        assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
-    if not lake.exists(CACHE_LAG):
-        clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
-        write_cache_lag(lake, clusters, say=lambda _: None)
+    root = tmp_path_factory.mktemp("gold-tiny") / "lake"
+    shutil.copytree(replayed_tiny.root, root)
+    lake = Lake(str(root), spark, backend="deltars")
+    assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
+    clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
+    write_cache_lag(lake, clusters, say=lambda _: None)
     return lake
-
-
-# --- the browser tests: Debian's chromium driven by playwright, one browser for the test run --------
-
-CHROMIUM = os.environ.get("KRAFT_REPLAY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """Headless Chromium (``make test`` installs Debian's chromium when missing; never skipped)."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (tools/ensure_chromium.sh)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="session")
-def artifacts() -> Path:
-    """Where tests leave screenshots for people to look at (``$KRAFT_REPLAY_ARTIFACTS``, else .artifacts/)."""
-    path = Path(os.environ.get("KRAFT_REPLAY_ARTIFACTS", ROOT / ".artifacts"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -145,3 +145,20 @@ def test_job_entry_point(tmp_path: Path) -> None:
                           "--lake", str(tmp_path / "lake"), "--profile", "test"], capture_output=True, text=True,
                          env=env, timeout=120)
     assert out.returncode == 2 and "ingest-metrics: no such file or directory" in out.stderr
+
+
+def test_cli_json_summary(spark, tmp_path: Path, capsys) -> None:
+    """``--json``: the run's summary as one object on stdout, progress on stderr."""
+    import json
+
+    from kraft_replay.serve.cli import main
+
+    f = tmp_path / "broker1.prom"
+    f.write_text(f"{OFF} 7 {T0}\n{OFF} 9 {T0 + 1000}\nnot a sample line\n")
+    rc = main(["--profile", "test", "ingest-metrics", str(f), "--lake", str(tmp_path / "lake"), "--cluster-id", "cj",
+               "--broker-id", "1", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    doc = json.loads(out.out)
+    assert (doc["cluster_id"], doc["polls"], doc["samples"], sum(doc["rejected"].values())) == ("cj", 1, 2, 1), doc
+    assert "broker_progress" in doc["published"]

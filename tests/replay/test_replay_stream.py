@@ -17,8 +17,8 @@ from chispa import assert_df_equality
 
 from kraft_replay.ingest import run_ingest
 from kraft_replay.lake import Lake
-from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
-from kraft_replay.outcomes.run import OUTCOME_TABLES, run_outcomes
+from kraft_replay.outcomes.cache_lag import CACHE_LAG
+from kraft_replay.outcomes.run import OUTCOME_TABLES
 from kraft_replay.replay.run import run_replay
 from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
 from kraft_replay.serve.replay_stream import run_stream
@@ -44,14 +44,10 @@ def _tiny_files(gen) -> list[list[str]]:  # noqa: ANN001 - the tiny_generated fi
     return [first, second, rest]
 
 
-def _batch_lake(spark, root: Path, files: list[str], cluster_id: str, progress=None) -> Lake:  # noqa: ANN001
+def _batch_lake(spark, root: Path, files: list[str], cluster_id: str) -> Lake:  # noqa: ANN001
     lake = Lake(str(root), spark, backend="deltars")
     run_ingest(spark, lake, files, cluster_id=cluster_id, say=_quiet)
-    if progress is not None:
-        lake.create_table("broker_progress", progress.schema, partition_by=["cluster_id"])
-        lake.append("broker_progress", progress)
-    summary = run_replay(spark, lake, say=_quiet)
-    write_cache_lag(lake, summary.clusters)
+    run_replay(spark, lake, say=_quiet)
     return lake
 
 
@@ -67,11 +63,11 @@ def _assert_same(stream: Lake, batch: Lake, tables: list[str] = OUT_TABLES) -> N
 
 
 @pytest.fixture(scope="module")
-def tiny_batch(spark, tiny_generated, tmp_path_factory) -> Lake:
-    """Every file of the tiny cluster ingested at once (with its broker metrics) and replayed in batch."""
-    files = [f for step in _tiny_files(tiny_generated) for f in step]
-    return _batch_lake(spark, tmp_path_factory.mktemp("stream_batch"), files, tiny_generated.cluster_id,
-                       tiny_generated.lake.read("broker_progress"))
+def tiny_batch(gold_tiny) -> Lake:
+    """The batch run the streams must equal: the tiny cluster's bronze as the generator wrote it (the
+    same records its segment files hold), replayed in batch, with ``cache_lag`` and the outcome tables
+    (the session's ``gold_tiny``; read only)."""
+    return gold_tiny
 
 
 def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_batch, tmp_path) -> None:
@@ -99,15 +95,12 @@ def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_
     assert rest.batches > 1, lines
     _assert_same(lake, tiny_batch)
 
-    # client requests arrive: the next micro-batch (duplicate metric samples, which change nothing)
+    # client requests (and the generator's ground truth) arrive: the next micro-batch (duplicate metric samples, which change nothing)
     # writes the outcome tables too, equal to the batch job's
-    for t in ("metadata_requests", "produce_requests"):
+    for t in ("metadata_requests", "produce_requests", "feature_update_requests", "scenario_events"):
         src = tiny_generated.lake.read(t)
-        for lk in (lake, tiny_batch):
-            if not lk.exists(t):
-                lk.create_table(t, src.schema, partition_by=["cluster_id"])
-                lk.append(t, src)
-    run_outcomes(spark, tiny_batch, say=_quiet)
+        lake.create_table(t, src.schema, partition_by=["cluster_id"])
+        lake.append(t, src)
     lake.append("broker_progress", tiny_generated.lake.read("broker_progress").limit(5))
     again = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
     assert (again.batches, again.metric_updates, again.outcome_updates) == (1, 1, 1), lines
@@ -126,9 +119,8 @@ def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, tmp_path) -> N
     batch = _batch_lake(spark, tmp_path / "batch", [seg, snap, boot], "real")
     lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
     ckpt = str(tmp_path / "ckpt")
-    for step in ([boot, seg], [snap]):
-        run_ingest(spark, lake, step, cluster_id="real", say=_quiet)
-        assert run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=_quiet).batches == 1
+    run_ingest(spark, lake, [boot, seg, snap], cluster_id="real", say=_quiet)  # (files arriving over time: above)
+    assert run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=_quiet).batches == 1
     _assert_same(lake, batch, [t for t in OUT_TABLES if t not in (BROKER_APPLIED, CACHE_LAG)])
     # the stream watches broker_progress (made empty when missing): no metrics, no lag rows invented
     assert lake.read("broker_progress").count() == 0

@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--scenario", required=True, help="scenario name in conf/scenarios (tiny, demo, large) or a YAML path")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
     p.add_argument("--segments-out", default=None, metavar="DIR",
                    help="also write the log as real segments, snapshots and bootstrap.checkpoint under DIR")
     p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
@@ -44,6 +45,13 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     res = generate(spark, lake, scenario, segments_out=args.segments_out, progress=say)
+    if args.json:
+        from kraft_replay.serve.common import print_json
+
+        print_json({"scenario": scenario.name, "seed": scenario.seed, "cluster_id": scenario.cluster_id,
+                    "lake": lake.root, "rows": res.rows, "seconds": res.seconds,
+                    "segment_files": [str(f) for f in res.segment_files]})
+        return 0
     print(f"generated scenario {scenario.name} (seed {scenario.seed}, cluster {scenario.cluster_id}) "
           f"in {res.seconds['total']:.1f}s", flush=True)
     for name, rows in res.rows.items():

@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("sources", nargs="+", metavar="FILE|URL", help="files, directories, globs or http(s):// endpoints")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
     p.add_argument("--cluster-id", default=None,
                    help="cluster of the samples (default: the lake's only cluster in metadata_log)")
     p.add_argument("--format", dest="fmt", choices=("prometheus", "query_range", "csv", "jsonl", "quorum"),
@@ -107,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
         print("kraft-replay ingest-metrics: interrupted; every completed poll is published", file=sys.stderr)
         return 130
     assert isinstance(summary, MetricsSummary)
+    if args.json:
+        from kraft_replay.serve.common import print_json
+
+        print_json(summary)
+        return 0
     for line in summary.lines():
         print(line, flush=True)
     return 0

@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "  kraft-replay replay --lake ./lake --mode stream --trigger 1        # live, until interrupted\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
     p.add_argument("--cluster-id", default=None, help="replay only this cluster (default: every cluster in the lake)")
     p.add_argument("--mode", choices=("batch", "stream"), default=None,
                    help="batch (default): replay once; stream: Structured Streaming over the bronze tables, each "
@@ -92,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
     from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
 
     lag_rows = write_cache_lag(lake, summary.clusters, say=say, bucket_s=args.lag_bucket)  # with broker metrics only
+    if args.json:
+        from kraft_replay.serve.common import print_json
+
+        print_json(summary, mode="batch", cache_lag_rows=lag_rows)
+        return 0
     for line in summary.lines():
         print(line, flush=True)
     if lag_rows:
@@ -110,5 +116,10 @@ def _run_stream(args: argparse.Namespace, spark, lake, say) -> int:  # noqa: ANN
                             lag_bucket=args.lag_bucket, image_at=args.image_at, say=say)
     except (ReplayError, IngestError, StreamFailed) as exc:
         raise _user_error(exc) from None
+    if args.json:
+        from kraft_replay.serve.common import print_json
+
+        print_json(report, mode="stream")
+        return 0
     print(report.line(), flush=True)
     return 0
