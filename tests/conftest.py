@@ -105,11 +105,20 @@ def replayed_tiny(spark, tiny_generated, tmp_path_factory) -> "Lake":  # noqa: F
     return lk
 
 
+@dataclass
+class GoldRun:
+    lake: object
+    outcomes_stdout: str  # what ``kraft-replay outcomes`` printed
+
+
 @pytest.fixture(scope="session")
-def gold_tiny(spark, replayed_tiny, tmp_path_factory) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
+def gold_tiny_run(spark, replayed_tiny, tmp_path_factory) -> GoldRun:
     """A copy of ``replayed_tiny`` with every gold table written with the defaults: the outcomes by
-    ``kraft-replay outcomes`` (default policy) and ``cache_lag`` (1 s buckets). Tests that rewrite
-    ``replayed_tiny``'s gold tables with other settings do not reach this copy; it is read only."""
+    ``kraft-replay outcomes`` (default policy; its stdout kept) and ``cache_lag`` (1 s buckets). Tests
+    that rewrite ``replayed_tiny``'s gold tables with other settings do not reach this copy; it is
+    read only."""
+    import contextlib
+    import io
     import shutil
 
     from kraft_replay.lake import Lake
@@ -119,7 +128,15 @@ def gold_tiny(spark, replayed_tiny, tmp_path_factory) -> "Lake":  # noqa: F821 -
     root = tmp_path_factory.mktemp("gold-tiny") / "lake"
     shutil.copytree(replayed_tiny.root, root)
     lake = Lake(str(root), spark, backend="deltars")
-    assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
     clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
     write_cache_lag(lake, clusters, say=lambda _: None)
-    return lake
+    return GoldRun(lake, out.getvalue())
+
+
+@pytest.fixture(scope="session")
+def gold_tiny(gold_tiny_run) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
+    """The lake of :func:`gold_tiny_run`: replayed tiny cluster with every gold table (read only)."""
+    return gold_tiny_run.lake

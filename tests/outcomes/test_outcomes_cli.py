@@ -15,28 +15,36 @@ from kraft_replay.outcomes.run import OUTCOME_TABLES
 from kraft_replay.serve.cli import main
 
 
-def test_outcomes_publishes_the_four_tables(spark, replayed_tiny, capsys, tmp_path) -> None:
-    lake = replayed_tiny
-    policy = tmp_path / "p.yaml"
-    policy.write_text("max_attempts: 2\nretry_backoff_ms: 250\nretry_target: same\n")
-    assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--policy", str(policy)]) == 0
-    out = capsys.readouterr().out
+def test_outcomes_publishes_every_gold_table(gold_tiny_run) -> None:
+    """The session's ``kraft-replay outcomes`` run (default policy) on the replayed tiny cluster."""
+    lake, out = gold_tiny_run.lake, gold_tiny_run.outcomes_stdout
     assert "consistency_outcomes: " in out and "fencing_summary: " in out and "visible to readers" in out
     published = lake.published_versions()
     assert all(t in published for t in OUTCOME_TABLES), published
+    requests = lake.read("metadata_requests").count()
+    assert lake.read("consistency_outcomes").where("attempt = 0").count() == 3 * requests > 0
+    assert lake.read("fencing_outcomes").count() > 0
+    # one feature_discovery row per ApiVersions request, and the counts in the summary
+    api_versions = lake.read("metadata_requests").where("api_key = 18").count()
+    assert lake.read("feature_discovery").count() == api_versions > 0
+    line = next(x for x in out.splitlines() if x.startswith("  feature_discovery: answered"))
+    assert line.endswith(f"requests {api_versions:,}"), line
+
+
+def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path) -> None:
+    lake = replayed_tiny
+    policy = tmp_path / "p.yaml"
+    policy.write_text("max_attempts: 2\nretry_backoff_ms: 250\nretry_target: same\n")
+    assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "consistency", "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert "consistency_outcomes: " in out and "visible to readers" in out
     got = lake.read("consistency_outcomes")
     # the policy file was used: at most 2 attempts, retries 250 ms after the answer, to the same broker
     retry = got.alias("r").join(got.alias("p"), ["cluster_id", "request_id", "policy"]).where("r.attempt = p.attempt + 1")
     assert got.agg(F.max("attempt")).first()[0] == 1 and retry.count() > 0
     assert retry.where("r.target_broker != p.target_broker OR "
                        "unix_micros(r.attempt_time) != unix_micros(p.response_time) + 250000").count() == 0
-    requests = lake.read("metadata_requests").count()
-    assert got.where("attempt = 0").count() == 3 * requests and lake.read("fencing_outcomes").count() > 0
-    # one feature_discovery row per ApiVersions request, and the counts in the summary
-    api_versions = lake.read("metadata_requests").where("api_key = 18").count()
-    assert lake.read("feature_discovery").count() == api_versions > 0
-    line = next(x for x in out.splitlines() if x.startswith("  feature_discovery: answered"))
-    assert line.endswith(f"requests {api_versions:,}"), line
+    assert got.where("attempt = 0").count() == 3 * lake.read("metadata_requests").count()
     before = lake.published_versions()
     # --only fencing: the fencing tables get a new version, the consistency ones keep theirs
     capsys.readouterr()
@@ -44,7 +52,7 @@ def test_outcomes_publishes_the_four_tables(spark, replayed_tiny, capsys, tmp_pa
     doc = json.loads(capsys.readouterr().out)  # --json: the summary as one object
     assert set(doc["rows"]) == {"fencing_outcomes", "fencing_summary"} and doc["rows"]["fencing_outcomes"] > 0
     after = lake.published_versions()
-    assert after["fencing_outcomes"] > before["fencing_outcomes"]
+    assert after["fencing_outcomes"] > before.get("fencing_outcomes", 0)
     assert after["consistency_outcomes"] == before["consistency_outcomes"]
 
 

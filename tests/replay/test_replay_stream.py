@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import functions as F
 
 from kraft_replay.ingest import run_ingest
 from kraft_replay.lake import Lake
 from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.run import OUTCOME_TABLES
-from kraft_replay.replay.run import run_replay
 from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
 from kraft_replay.serve.replay_stream import run_stream
 
@@ -42,13 +42,6 @@ def _tiny_files(gen) -> list[list[str]]:  # noqa: ANN001 - the tiny_generated fi
     rest = [str(part / n) for n in names if n.endswith((".log", ".checkpoint"))
             and str(part / n) not in first + second]
     return [first, second, rest]
-
-
-def _batch_lake(spark, root: Path, files: list[str], cluster_id: str) -> Lake:  # noqa: ANN001
-    lake = Lake(str(root), spark, backend="deltars")
-    run_ingest(spark, lake, files, cluster_id=cluster_id, say=_quiet)
-    run_replay(spark, lake, say=_quiet)
-    return lake
 
 
 def _assert_same(stream: Lake, batch: Lake, tables: list[str] = OUT_TABLES) -> None:
@@ -112,16 +105,23 @@ def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_
     assert idle.batches == 0 and lake.published_versions() == before
 
 
-def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, tmp_path) -> None:
+def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, replay_runs, tmp_path) -> None:
+    """A real Kafka node's files streamed in: the silver tables equal the session's batch replay of the
+    same three files (``replay_runs``: cluster ``dkoh12``, checked there against the oracle and
+    Kafka's own snapshot)."""
+    cid = "dkoh12"
     prefix = "dkoh12__Systems__"
     seg, snap, boot = (str(real_kraft_dir / (prefix + n)) for n in
                        ("00000000000000000000.log", "00000000000000007209-0000000001.checkpoint", "bootstrap.checkpoint"))
-    batch = _batch_lake(spark, tmp_path / "batch", [seg, snap, boot], "real")
     lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
-    ckpt = str(tmp_path / "ckpt")
-    run_ingest(spark, lake, [boot, seg, snap], cluster_id="real", say=_quiet)  # (files arriving over time: above)
-    assert run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=_quiet).batches == 1
-    _assert_same(lake, batch, [t for t in OUT_TABLES if t not in (BROKER_APPLIED, CACHE_LAG)])
+    run_ingest(spark, lake, [boot, seg, snap], cluster_id=cid, say=_quiet)  # (files arriving over time: above)
+    assert run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ckpt"), say=_quiet).batches == 1
+    for t in ("topics", "partitions", "brokers", "log_batches"):  # the comparison is not of empty tables
+        assert lake.read(t).count() > 0, t
+    for t in SILVER_TABLES:
+        got = lake.read(t)
+        want = replay_runs.res[t].where(F.col("cluster_id") == cid).select(*got.columns)
+        assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
     # the stream watches broker_progress (made empty when missing): no metrics, no lag rows invented
     assert lake.read("broker_progress").count() == 0
     assert lake.read(BROKER_APPLIED).count() == 0 and lake.read(CACHE_LAG).count() == 0
