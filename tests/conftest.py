@@ -140,3 +140,31 @@ def gold_tiny_run(spark, replayed_tiny, tmp_path_factory) -> GoldRun:
 def gold_tiny(gold_tiny_run) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
     """The lake of :func:`gold_tiny_run`: replayed tiny cluster with every gold table (read only)."""
     return gold_tiny_run.lake
+
+
+# --- the browser tests: Debian's chromium driven by playwright, one browser for the test run --------
+
+CHROMIUM = os.environ.get("KRAFT_REPLAY_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (``make test`` installs Debian's chromium when missing; never skipped)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (tools/ensure_chromium.sh)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """Where tests leave screenshots for people to look at (``$KRAFT_REPLAY_ARTIFACTS``, else .artifacts/)."""
+    path = Path(os.environ.get("KRAFT_REPLAY_ARTIFACTS", ROOT / ".artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
