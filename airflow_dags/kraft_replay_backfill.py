@@ -19,13 +19,4 @@ with DAG(
     doc_md=__doc__,
     **common.DAG_ARGS,
 ):
-    plan = common.plan_backfill()
-    args = common.ingest_args(plan)
-    ingest = common.job("ingest", "ingest", args.map(common.ingest_of), mapped=True)
-    ingest_metrics = common.job("ingest_metrics", "ingest_metrics", args.map(common.ingest_metrics_of), mapped=True,
-                                trigger_rule="none_failed")
-    replay = common.job("replay", "replay", args.map(common.replay_of), mapped=True, trigger_rule="none_failed")
-    outcomes = common.job("outcomes", "outcomes", args.map(common.outcomes_of), mapped=True)
-    figures = common.quality_metrics(plan)
-    ingest >> ingest_metrics >> replay >> outcomes >> figures
-    common.checks(figures, plan)
+    common.pipeline(common.plan_backfill(), per_cluster=True)

@@ -462,6 +462,25 @@ def checks(figures, plan) -> list:
     return [check_offsets_contiguous(figures, plan), check_quarantine_growth(figures, plan), check_cache_lag(figures, plan)]
 
 
+def pipeline(plan, *, per_cluster: bool) -> None:
+    """The tasks after ``plan`` of the hourly and backfill DAGs: ingest and ingest_metrics per cluster ->
+    replay -> outcomes -> the quality figures and checks. ``per_cluster``: a batch replay and outcomes of
+    each cluster (backfill); else the plan's one ``replay --available-now`` and ``outcomes`` (hourly)."""
+    args = ingest_args(plan)
+    ingest = job("ingest", "ingest", args.map(ingest_of), mapped=True)
+    ingest_metrics = job("ingest_metrics", "ingest_metrics", args.map(ingest_metrics_of), mapped=True,
+                         trigger_rule="none_failed")
+    if per_cluster:
+        replay = job("replay", "replay", args.map(replay_of), mapped=True, trigger_rule="none_failed")
+        outcomes = job("outcomes", "outcomes", args.map(outcomes_of), mapped=True)
+    else:
+        replay = job("replay", "replay", plan["replay"], trigger_rule="none_failed")
+        outcomes = job("outcomes", "outcomes", plan["outcomes"])
+    figures = quality_metrics(plan)
+    ingest >> ingest_metrics >> replay >> outcomes >> figures
+    checks(figures, plan)
+
+
 # ---- maintenance -------------------------------------------------------------------------------
 
 @task(task_id="plan", multiple_outputs=True)

@@ -15,13 +15,4 @@ with DAG(
     doc_md=__doc__,
     **common.DAG_ARGS,
 ):
-    plan = common.plan_hourly()
-    args = common.ingest_args(plan)
-    ingest = common.job("ingest", "ingest", args.map(common.ingest_of), mapped=True)
-    ingest_metrics = common.job("ingest_metrics", "ingest_metrics", args.map(common.ingest_metrics_of), mapped=True,
-                                trigger_rule="none_failed")
-    replay = common.job("replay", "replay", plan["replay"], trigger_rule="none_failed")
-    outcomes = common.job("outcomes", "outcomes", plan["outcomes"])
-    figures = common.quality_metrics(plan)
-    ingest >> ingest_metrics >> replay >> outcomes >> figures
-    common.checks(figures, plan)
+    common.pipeline(common.plan_hourly(), per_cluster=False)

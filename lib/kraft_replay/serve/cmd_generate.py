@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kraft_replay.serve.common import add_json_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -24,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--scenario", required=True, help="scenario name in conf/scenarios (tiny, demo, large) or a YAML path")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
+    add_json_option(p)
     p.add_argument("--segments-out", default=None, metavar="DIR",
                    help="also write the log as real segments, snapshots and bootstrap.checkpoint under DIR")
     p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")

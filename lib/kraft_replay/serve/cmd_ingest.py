@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kraft_replay.serve.common import add_json_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -27,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "  kraft-replay ingest /var/lib/kafka/data --lake ./lake --follow --interval 1   # tail a live node\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
+    add_json_option(p)
     p.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or globs")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
     p.add_argument("--cluster-id", default=None,

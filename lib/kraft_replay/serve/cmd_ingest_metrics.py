@@ -14,6 +14,8 @@ import argparse
 import re
 import sys
 
+from kraft_replay.serve.common import add_json_option
+
 EXAMPLES = """examples:
   kraft-replay ingest-metrics scrapes/*.prom --lake lake --cluster-id MkU3OEVBNTcwNTJENDM2Qk
   kraft-replay ingest-metrics http://broker-1:7071/metrics --broker-id 1 --lake lake --follow --interval 5s
@@ -47,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("sources", nargs="+", metavar="FILE|URL", help="files, directories, globs or http(s):// endpoints")
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
+    add_json_option(p)
     p.add_argument("--cluster-id", default=None,
                    help="cluster of the samples (default: the lake's only cluster in metadata_log)")
     p.add_argument("--format", dest="fmt", choices=("prometheus", "query_range", "csv", "jsonl", "quorum"),

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kraft_replay.serve.common import add_json_option
+
 EPILOG = """examples:
   kraft-replay outcomes --lake /tmp/lake
   kraft-replay outcomes --lake /tmp/lake --cluster-id MkU3OEVBNTcwNTJENDM2Qg --only fencing
@@ -45,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--features-policy", default=None, metavar="FILE",
                    help="feature policy for KIP-1155 verdicts (YAML: downgrade_capable_level; default "
                         "conf/policies/features.yaml)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
+    add_json_option(p)
     p.set_defaults(func=run)
 
 

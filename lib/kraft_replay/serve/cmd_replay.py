@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kraft_replay.serve.common import add_json_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -27,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "  kraft-replay replay --lake ./lake --mode stream --trigger 1        # live, until interrupted\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lake", default=argparse.SUPPRESS, help="lake root (same as the global --lake)")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
+    add_json_option(p)
     p.add_argument("--cluster-id", default=None, help="replay only this cluster (default: every cluster in the lake)")
     p.add_argument("--mode", choices=("batch", "stream"), default=None,
                    help="batch (default): replay once; stream: Structured Streaming over the bronze tables, each "

@@ -22,6 +22,11 @@ def open_lake(args: argparse.Namespace):
     return spark, Lake(root, spark, backend=backend, target_file_rows=profile.lake.target_file_rows)
 
 
+def add_json_option(p: argparse.ArgumentParser) -> None:
+    """A job command's ``--json``: its summary printed by :func:`print_json`."""
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
+
+
 def print_json(summary: object, **extra: object) -> None:
     """A job's summary (a dataclass) and ``extra`` fields as one JSON object on stdout (``--json``)."""
     import dataclasses
