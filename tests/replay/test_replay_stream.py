@@ -1,7 +1,8 @@
 """``kraft-replay replay --mode stream``: the streamed tables equal a batch replay of the same bronze
-(chispa), for bronze arriving in several ingest runs, metrics arriving alone, two files per trigger,
-on a generated cluster and on real Kafka files; a real SIGKILL in the middle of a micro-batch leaves
-readers on the last published state and the restarted stream ends equal to the batch replay."""
+(chispa), for bronze arriving in several ingest runs, metrics arriving alone and client requests
+arriving last, on a generated cluster and on real Kafka files; a real SIGKILL in the middle of a
+micro-batch leaves readers on the last published state and the restarted stream ends equal to the
+batch replay; the watched rows split into micro-batches of at most N files each."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from kraft_replay.ingest import run_ingest
+from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
 from kraft_replay.lake import Lake
 from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.run import OUTCOME_TABLES
+from kraft_replay.replay.run import BRONZE_INPUTS, PROGRESS
 from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
-from kraft_replay.serve.replay_stream import run_stream
+from kraft_replay.serve.replay_stream import changes, run_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_TABLES = [*SILVER_TABLES, IMAGE_SNAPSHOTS, BROKER_APPLIED, CACHE_LAG]
@@ -44,6 +47,11 @@ def _tiny_files(gen) -> list[list[str]]:  # noqa: ANN001 - the tiny_generated fi
     return [first, second, rest]
 
 
+def _cli() -> list[str]:
+    exe = Path(sys.executable).with_name("kraft-replay")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
+
+
 def _assert_same(stream: Lake, batch: Lake, tables: list[str] = OUT_TABLES) -> None:
     for t in ("topics", "partitions", "brokers", "log_batches"):  # the comparison is not of empty tables
         assert batch.read(t).count() > 0, t
@@ -63,7 +71,12 @@ def tiny_batch(gold_tiny) -> Lake:
     return gold_tiny
 
 
-def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_batch, tmp_path) -> None:
+def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_batch, tmp_path) -> None:
+    """Files arrive in three ingest runs and metrics alone; a real ``kraft-replay replay
+    --available-now`` process is SIGKILLed after it committed its first silver table and before it
+    published (readers still see the previous state); the restarted stream rolls the dead commits
+    back; client requests arrive; at the end every table equals the batch replay's, and an idle run
+    rewrites nothing."""
     cid = tiny_generated.cluster_id
     lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
     ckpt = str(tmp_path / "ckpt")
@@ -74,6 +87,7 @@ def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_
     first = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
     assert (first.batches, first.replays) == (1, 1)
     assert lake.read("log_commit").first()["last_offset"] < 1988  # only the first two segments so far
+    partitions_before = lake.read("partitions").count()
 
     # metrics alone: broker_applied and cache_lag follow without a replay of the log
     lake.append("broker_progress", tiny_generated.lake.read("broker_progress"))
@@ -81,28 +95,74 @@ def test_stream_equals_batch_on_a_generated_cluster(spark, tiny_generated, tiny_
     assert (metrics.batches, metrics.replays, metrics.metric_updates) == (1, 0, 1)
     assert lake.read(BROKER_APPLIED).count() > 0 and lake.read(CACHE_LAG).count() > 0
 
-    # the rest in two ingest runs, streamed two data files per trigger
+    # the rest in two ingest runs; a stream process is killed in the middle of its micro-batch
     run_ingest(spark, lake, steps[1], cluster_id=cid, say=_quiet)
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
-    rest = run_stream(spark, lake, available_now=True, checkpoint=ckpt, max_files_per_trigger=2, say=lines.append)
-    assert rest.batches > 1, lines
-    _assert_same(lake, tiny_batch)
+    published = lake.published_versions()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    cmd = [*_cli(), "--profile", "test", "replay", "--lake", lake.root, "--available-now", "--checkpoint", ckpt]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    seen: list[str] = []
+    deadline = time.time() + 600
+    try:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            seen.append(line)
+            if line.strip().startswith("topics:"):  # a silver commit made, nothing of this run published
+                proc.send_signal(signal.SIGKILL)
+                break
+            assert time.time() < deadline, "the stream did not reach its first silver commit in 10 minutes"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
+    after = lake.published_versions()
+    assert {t: after.get(t) for t in published} == published  # the killed run is invisible
+    assert lake.read("partitions").count() == partitions_before
+    killed_version = Lake(lake.root, spark, backend="deltars").version("topics")
+    assert killed_version > published["topics"]  # the dead commit is there, unpublished
 
-    # client requests (and the generator's ground truth) arrive: the next micro-batch (duplicate metric samples, which change nothing)
-    # writes the outcome tables too, equal to the batch job's
+    # the restart (the same checkpoint) replays the batch the dead process had taken
+    rest = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
+    assert (rest.batches, rest.replays) == (1, 1), lines
+    assert lake.published_versions()["topics"] > killed_version  # rolled back, then written again
+
+    # client requests (and the generator's ground truth) arrive: the next micro-batch (duplicate metric
+    # samples, which change nothing) writes the outcome tables too, equal to the batch job's
     for t in ("metadata_requests", "produce_requests", "feature_update_requests", "scenario_events"):
         src = tiny_generated.lake.read(t)
         lake.create_table(t, src.schema, partition_by=["cluster_id"])
         lake.append(t, src)
     lake.append("broker_progress", tiny_generated.lake.read("broker_progress").limit(5))
     again = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
-    assert (again.batches, again.metric_updates, again.outcome_updates) == (1, 1, 1), lines
+    assert (again.batches, again.replays, again.metric_updates, again.outcome_updates) == (1, 0, 1, 1), lines
     _assert_same(lake, tiny_batch, [*OUT_TABLES, *OUTCOME_TABLES])
 
     # nothing new: no micro-batch, nothing rewritten
     before = lake.published_versions()
     idle = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
     assert idle.batches == 0 and lake.published_versions() == before
+
+
+def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generated, tmp_path) -> None:
+    """``max_files_per_trigger``: the bronze rows the replay stream watches arrive in several
+    micro-batches, every row once."""
+    cid = tiny_generated.cluster_id
+    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    for step in _tiny_files(tiny_generated):
+        run_ingest(spark, lake, step, cluster_id=cid, say=_quiet)
+    ensure_bronze_tables(lake, [METRICS_BRONZE_TABLES[PROGRESS]])
+    counts: list[dict[str, int]] = []
+
+    def collect(df, _bid) -> None:
+        counts.append({r["source"]: r["count"] for r in df.groupBy("source").count().collect()})
+
+    q = (changes(lake, max_files_per_trigger=2).writeStream.foreachBatch(collect)
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert len(counts) > 1, counts
+    for t in BRONZE_INPUTS:
+        assert sum(c.get(t, 0) for c in counts) == lake.read(t).count() > 0, t
+    assert all(sum(c.values()) > 0 for c in counts)
 
 
 def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, replay_runs, tmp_path) -> None:
@@ -130,43 +190,3 @@ def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, replay_runs, t
 def _cli() -> list[str]:
     exe = Path(sys.executable).with_name("kraft-replay")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
-
-
-def test_sigkill_mid_batch_then_restart(spark, tiny_generated, tiny_batch, tmp_path) -> None:
-    """A real ``kraft-replay replay --available-now`` process is SIGKILLed after it committed its first
-    silver table and before it published: readers still see the previous state; the restarted stream
-    rolls the dead commits back and ends equal to the batch replay."""
-    cid = tiny_generated.cluster_id
-    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
-    steps = _tiny_files(tiny_generated)
-    run_ingest(spark, lake, steps[0], cluster_id=cid, say=_quiet)
-    assert run_stream(spark, lake, available_now=True, say=_quiet).batches == 1  # default checkpoint in the lake
-    partitions_before = lake.read("partitions").count()
-    run_ingest(spark, lake, steps[1] + steps[2], cluster_id=cid, say=_quiet)
-    lake.append("broker_progress", tiny_generated.lake.read("broker_progress"))
-    published = lake.published_versions()
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    cmd = [*_cli(), "--profile", "test", "replay", "--lake", lake.root, "--available-now"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    seen: list[str] = []
-    deadline = time.time() + 600
-    try:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            seen.append(line)
-            if line.strip().startswith("topics:"):  # a silver commit made, nothing of this run published
-                proc.send_signal(signal.SIGKILL)
-                break
-            assert time.time() < deadline, "the stream did not reach its first silver commit in 10 minutes"
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
-    after = lake.published_versions()
-    assert {t: after.get(t) for t in published} == published  # the killed run is invisible
-    assert lake.read("partitions").count() == partitions_before
-
-    restart = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
-    assert restart.returncode == 0, restart.stderr[-3000:]
-    assert "micro-batch" in restart.stdout
-    _assert_same(lake, tiny_batch)

@@ -36,7 +36,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from kraft_replay.lake import files as _files
 from kraft_replay.lake.errors import (
@@ -435,20 +435,13 @@ class DeltaRsBackend:
 
     # ---- partition predicates ----------------------------------------------------------------
 
-    def _partition_frame(self, snap: Snapshot, rows: list[dict[str, str | None]]) -> DataFrame:
-        str_schema = StructType([StructField("__i", StringType())] +
-                                [StructField(c, StringType()) for c in snap.partition_by])
-        data = [(str(i), *[r.get(c) for c in snap.partition_by]) for i, r in enumerate(rows)]
-        frame = self.spark.createDataFrame(data, str_schema)
-        types = {f.name: f.dataType for f in snap.schema.fields}
-        return frame.select("__i", *[F.col(c).cast(types[c]).alias(c) for c in snap.partition_by])
-
     def _check_partition_predicate(self, snap: Snapshot, predicate: str) -> None:
         if not snap.partition_by:
             raise InvalidArgumentError(
                 f"table {snap.name!r} is not partitioned; replace_where needs partition columns "
                 "(overwrite the whole table instead)")
-        empty = self.spark.createDataFrame([], StructType([f for f in snap.schema.fields if f.name in snap.partition_by]))
+        empty = self.spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name)
+                                             for f in snap.schema.fields if f.name in snap.partition_by])
         try:
             empty.where(predicate)
         except Exception as exc:  # AnalysisException / ParseException
@@ -458,10 +451,27 @@ class DeltaRsBackend:
                 f"{snap.partition_by} ({msg})") from None
 
     def _matching_indexes(self, snap: Snapshot, rows: list[dict[str, str | None]], predicate: str) -> set[int]:
+        """Which of ``rows`` (partition values as the log holds them: strings) satisfy ``predicate``,
+        evaluated by Spark on the distinct values typed as the table's columns. The values go in as
+        parameters of an inline table, a local relation that the optimizer filters on the driver:
+        no job, no Python worker (this runs for every read and write with a predicate)."""
         if not rows:
             return set()
-        frame = self._partition_frame(snap, rows)
-        return {int(r["__i"]) for r in frame.where(F.coalesce(F.expr(predicate), F.lit(False))).select("__i").collect()}
+        cols = list(snap.partition_by)
+        keys = sorted({tuple(r.get(c) for c in cols) for r in rows}, key=repr)
+        types = {f.name: f.dataType.simpleString() for f in snap.schema.fields}
+        args: dict[str, str | None] = {}
+        values = []
+        for i, key in enumerate(keys):
+            cells = [str(i)]
+            for j, (c, v) in enumerate(zip(cols, key)):
+                args[f"v{i}_{j}"] = v
+                cells.append(f"CAST(CAST(:v{i}_{j} AS STRING) AS {types[c]})")
+            values.append("(" + ", ".join(cells) + ")")
+        names = ", ".join("`" + c.replace("`", "``") + "`" for c in cols)
+        frame = self.spark.sql(f"SELECT * FROM VALUES {', '.join(values)} AS t(__i, {names})", args=args)
+        hit = {keys[r["__i"]] for r in frame.where(F.coalesce(F.expr(predicate), F.lit(False))).select("__i").collect()}
+        return {i for i, r in enumerate(rows) if tuple(r.get(c) for c in cols) in hit}
 
     def _matching(self, snap: Snapshot, predicate: str) -> list[FileEntry]:
         hit = self._matching_indexes(snap, [f.partition_values for f in snap.files], predicate)

@@ -137,7 +137,13 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
     if not chosen:
         raise OutcomesError(f"lake {lake.root}: no request table ({', '.join(v[0] for v in PROPOSALS.values() if v[0])}): "
                             "ingest or generate client requests first")
-    read = lambda t: lake.read(t, where=where)  # noqa: E731
+    inputs: dict[str, DataFrame] = {}
+
+    def read(t: str) -> DataFrame:  # each input read once: one snapshot of it for every proposal
+        if t not in inputs:
+            inputs[t] = lake.read(t, where=where)
+        return inputs[t]
+
     opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
     frames: dict[str, DataFrame] = {}
     if "consistency" in chosen:
