@@ -440,8 +440,10 @@ class DeltaRsBackend:
             raise InvalidArgumentError(
                 f"table {snap.name!r} is not partitioned; replace_where needs partition columns "
                 "(overwrite the whole table instead)")
-        empty = self.spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name)
-                                             for f in snap.schema.fields if f.name in snap.partition_by])
+        # one row of the partition columns alone (nothing else the predicate could resolve to)
+        empty = self.spark.sql("SELECT " + ", ".join(
+            f"CAST(NULL AS {f.dataType.simpleString()}) AS `{f.name.replace('`', '``')}`"
+            for f in snap.schema.fields if f.name in snap.partition_by))
         try:
             empty.where(predicate)
         except Exception as exc:  # AnalysisException / ParseException

@@ -233,6 +233,10 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.sql.warehouse.dir": os.environ.get("KRAFT_REPLAY_WAREHOUSE", str(Path.cwd() / ".spark-warehouse")),
+        # PySpark's DataFrame debugging records the Python call site of every DataFrame and Column call
+        # in the JVM (five Py4J round trips each): 60% of the round trips of building a replay's plan.
+        # Its only use is the Python line in an analysis error's context; ours are one line anyway.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     if local:
         settings.update({"spark.executor.extraJavaOptions": java_opts,
