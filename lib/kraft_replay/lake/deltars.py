@@ -117,6 +117,11 @@ def _as_utc(value: Any) -> _dt.datetime:
     return value.replace(tzinfo=_dt.timezone.utc) if value.tzinfo is None else value.astimezone(_dt.timezone.utc)
 
 
+def _ident(name: str) -> str:
+    """``name`` as a quoted Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 class DeltaRsBackend:
     """Delta tables under ``root`` kept with delta-rs; Spark moves the data."""
 
@@ -442,7 +447,7 @@ class DeltaRsBackend:
                 "(overwrite the whole table instead)")
         # one row of the partition columns alone (nothing else the predicate could resolve to)
         empty = self.spark.sql("SELECT " + ", ".join(
-            f"CAST(NULL AS {f.dataType.simpleString()}) AS `{f.name.replace('`', '``')}`"
+            f"CAST(NULL AS {f.dataType.simpleString()}) AS {_ident(f.name)}"
             for f in snap.schema.fields if f.name in snap.partition_by))
         try:
             empty.where(predicate)
@@ -460,7 +465,7 @@ class DeltaRsBackend:
         if not rows:
             return set()
         cols = list(snap.partition_by)
-        keys = sorted({tuple(r.get(c) for c in cols) for r in rows}, key=repr)
+        keys = list({tuple(r.get(c) for c in cols) for r in rows})
         types = {f.name: f.dataType.simpleString() for f in snap.schema.fields}
         args: dict[str, str | None] = {}
         values = []
@@ -470,7 +475,7 @@ class DeltaRsBackend:
                 args[f"v{i}_{j}"] = v
                 cells.append(f"CAST(CAST(:v{i}_{j} AS STRING) AS {types[c]})")
             values.append("(" + ", ".join(cells) + ")")
-        names = ", ".join("`" + c.replace("`", "``") + "`" for c in cols)
+        names = ", ".join(_ident(c) for c in cols)
         frame = self.spark.sql(f"SELECT * FROM VALUES {', '.join(values)} AS t(__i, {names})", args=args)
         hit = {keys[r["__i"]] for r in frame.where(F.coalesce(F.expr(predicate), F.lit(False))).select("__i").collect()}
         return {i for i, r in enumerate(rows) if tuple(r.get(c) for c in cols) in hit}
