@@ -117,6 +117,42 @@ def _rows(lake: Path, table: str, where_cols: list[str] | None = None) -> list[d
     return DeltaTable(str(lake / table)).to_pyarrow_table(columns=where_cols).to_pylist()
 
 
+def _partitions_at_requests(lake: Path, requests: list[dict], log_batches: list[dict]) -> list[dict]:
+    """The ``partitions`` versions (the columns the lossy check reads) in force at the offset each feature
+    update request is validated at (the last offset appended strictly before it): the only ones the
+    reference's loss check can read. All 9.5M versions of ``medium`` as Python dicts do not fit in
+    24 GiB; Spark is given the whole table, so this pre-filter favours the reference."""
+    import bisect
+
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    ends: dict[str, tuple[list, list]] = {}
+    for cid in {b["cluster_id"] for b in log_batches}:
+        bs = sorted((b["append_time"], b["batch_last_offset"]) for b in log_batches if b["cluster_id"] == cid)
+        best, run = [], -1
+        for _, o in bs:
+            run = max(run, o)
+            best.append(run)
+        ends[cid] = ([t for t, _ in bs], best)
+    cond = None
+    for r in requests:
+        times, best = ends.get(r["cluster_id"], ([], []))
+        i = bisect.bisect_left(times, r["request_time"])  # batches appended strictly before the request
+        if i == 0:
+            continue
+        o = best[i - 1]
+        c = ((pc.field("cluster_id") == r["cluster_id"]) & (pc.field("valid_from_offset") <= o)
+             & (pc.field("valid_to_offset").is_null() | (pc.field("valid_to_offset") > o)))
+        cond = c if cond is None else cond | c
+    if cond is None:
+        return []
+    cols = _VERSION + ["valid_to_offset", "topic_id", "partition_id", "directories", "eligible_leader_replicas",
+                       "last_known_elr"]
+    return DeltaTable(str(lake / "partitions")).to_pyarrow_dataset().to_table(
+        columns=list(dict.fromkeys(cols)), filter=cond).to_pylist()
+
+
 _VERSION = ["cluster_id", "deleted", "valid_from_offset", "valid_to_offset", "valid_from_time", "record_offset"]
 _KEYS = {"partitions": ["topic_id", "partition_id", "leader", "leader_epoch"], "acls": ["id"],
          "configs": ["resource_type", "resource_name", "name"], "delegation_tokens": ["token_id"],
@@ -158,8 +194,7 @@ def oracle_phase(lake: Path, only: list[str]) -> dict:
                                                     "zk_migration_state", "metadata_control", "scram_credentials",
                                                     "delegation_tokens", "scenario_events")}
             lb = _rows(lake, "log_batches", ["cluster_id", "batch_base_offset", "batch_last_offset", "append_time"])
-            parts = _rows(lake, "partitions", _VERSION + ["topic_id", "partition_id", "directories",
-                                                          "eligible_leader_replicas", "last_known_elr"])
+            parts = _partitions_at_requests(lake, t_read["feature_update_requests"], lb)
             t = time.perf_counter()
             features_oracle.feature_transitions(t_read["features"], t_read["brokers"], t_read["controllers"])
             features_oracle.feature_protection_violations(t_read["features"], t_read["brokers"])
@@ -172,9 +207,13 @@ def oracle_phase(lake: Path, only: list[str]) -> dict:
     if "broker_states" in only:
         import broker_states_oracle
 
-        with PeakRss() as rss:
-            args_ = [_rows(lake, n) if (lake / n).exists() else None
-                     for n in ("brokers", "broker_applied", "metadata_requests", "produce_requests")]
+        with PeakRss() as rss:  # the columns the reference reads (7M broker_applied rows at 10M records)
+            args_ = [_rows(lake, n, cols) if (lake / n).exists() else None for n, cols in (
+                ("brokers", _VERSION + ["valid_to_time", "broker_id", "fenced", "in_controlled_shutdown", "broker_epoch",
+                                        "incarnation_id"]),
+                ("broker_applied", ["cluster_id", "broker_id", "from_time", "to_time", "state"]),
+                ("metadata_requests", ["cluster_id", "target_broker", "request_time"]),
+                ("produce_requests", ["cluster_id", "target_broker", "request_time"]))]
             t = time.perf_counter()
             broker_states_oracle.broker_states(*args_)
             out["broker_states"] = {"s": time.perf_counter() - t, "rss": rss.peak}

@@ -187,3 +187,41 @@ def test_lake_on_file_uri(spark, tmp_path):
     lake.append("e", events(spark, 0, 50))
     assert lake.read("e").count() == 50
     assert [t.name for t in lake.tables()] == ["e"]
+
+
+def test_read_arrow_reads_the_published_rows_a_filter_keeps(spark, lake, events_table):
+    """``read_arrow``: the rows readers see (the published version, not a newer unpublished commit),
+    files pruned by a partition filter, rows by a pyarrow expression — no Spark job; a tuple filter on
+    a column that is not a partition column filters rows."""
+    import pyarrow.compute as pc
+
+    from kraft_replay.lake.errors import InvalidArgumentError, UnknownTableError
+
+    lake.append(events_table, events(spark, 0, 100))
+    lake.publish([events_table], "first")
+    lake.start_run("unpublished", [events_table])
+    lake.append(events_table, events(spark, 100, 200))  # a run that never publishes: readers do not see it
+    lake.end_run()
+    got = lake.read_arrow(events_table, columns=["id", "part"], partitions=[("part", "=", 1)],
+                          filter=pc.field("id") >= 90)
+    assert sorted(got.column("id").to_pylist()) == [91, 94, 97] and set(got.column("part").to_pylist()) == {1}
+    assert got.schema.names == ["id", "part"]
+    by_id = lake.read_arrow(events_table, partitions=[("id", "in", [3, 150])])
+    assert by_id.column("id").to_pylist() == [3]
+    with pytest.raises(InvalidArgumentError, match="operator '<'"):
+        lake.read_arrow(events_table, partitions=[("part", "<", 2)])
+    with pytest.raises(UnknownTableError):
+        lake.read_arrow("nope")
+
+
+def test_create_table_evolve_adds_trailing_columns_only(spark, lake, events_table):
+    """``create_table(evolve=True)``: a table whose columns are the first of the new schema gains the
+    rest in one commit (old rows null there); any other difference is still refused."""
+    lake.append(events_table, events(spark, 0, 10))
+    wider = StructType([*EVENTS.fields, StructField("note", StringType())])
+    assert lake.create_table(events_table, wider, ["part"], evolve=True) is False
+    assert lake.schema(events_table).fieldNames() == wider.fieldNames()
+    assert lake.read(events_table).where("note IS NULL").count() == 10
+    with pytest.raises(Exception, match="exists with schema"):
+        lake.create_table(events_table, StructType([StructField("x", LongType()), StructField("part", LongType())]),
+                          ["part"], evolve=True)

@@ -26,6 +26,7 @@ Readings chosen where the design leaves room (each also marked ``# choice:`` bel
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import timedelta
 
 COLUMNS = [
@@ -48,19 +49,55 @@ def _log_state(v: dict) -> str:
     return "ONLINE"
 
 
-def _in_force(intervals: list[dict], t):  # noqa: ANN001, ANN202
+class _Intervals:
+    """A broker's ``broker_applied`` intervals, indexed for "which one is in force at t" (the reference
+    must finish on millions of intervals; the answer is the plain definition's, see :meth:`in_force`)."""
+
+    def __init__(self, intervals: list[dict]) -> None:
+        self.all = intervals
+        order = sorted(range(len(intervals)), key=lambda k: (intervals[k]["from_time"], k))
+        self.sorted = [intervals[k] for k in order]
+        self.index = order
+        self.froms = [i["from_time"] for i in self.sorted]
+        self.reach = []  # running max of to_time in from_time order (None = open, beyond everything)
+        far = None
+        for k, i in enumerate(self.sorted):
+            if k == 0 or i["to_time"] is None or (far is not None and i["to_time"] > far):
+                far = i["to_time"]
+            self.reach.append(far)
+
+    def in_force(self, t):  # noqa: ANN001, ANN201
+        """The interval with from_time <= t < to_time (None = open) with the largest from_time (the first
+        in the input's order among equal ones), or None: the plain definition
+        ``max((i for i in intervals if i.from_time <= t and (i.to_time is None or t < i.to_time)),
+        key=from_time)``, found by walking back from the last interval starting at or before t until no
+        earlier interval reaches past t."""
+        j = bisect_right(self.froms, t) - 1
+        while j >= 0 and (self.reach[j] is None or self.reach[j] > t):
+            i = self.sorted[j]
+            if i["to_time"] is None or t < i["to_time"]:
+                best = j  # the first hit going back has the largest from_time; ties: smallest input index
+                while best > 0 and self.froms[best - 1] == i["from_time"]:
+                    best -= 1
+                    if self.sorted[best]["to_time"] is None or t < self.sorted[best]["to_time"]:
+                        j = best
+                return self.sorted[j]
+            j -= 1
+        return None
+
+
+def _in_force(intervals: _Intervals, t):  # noqa: ANN001, ANN202
     """The broker_applied interval with from_time <= t < to_time (None = open), or None."""
-    hits = [i for i in intervals if i["from_time"] <= t and (i["to_time"] is None or t < i["to_time"])]
-    return max(hits, key=lambda i: i["from_time"]) if hits else None
+    return intervals.in_force(t)
 
 
-def _gap_start(intervals: list[dict], t):  # noqa: ANN001, ANN202
+def _gap_start(intervals: _Intervals, t):  # noqa: ANN001, ANN202
     """The design's gap start at fence time t: the in-force interval's from_time (APPLIED or
     NO_SAMPLES alike), else the to_time of the last interval that ended at or before t, else None."""
     cur = _in_force(intervals, t)
     if cur is not None:
         return cur["from_time"]
-    ended = [i["to_time"] for i in intervals if i["to_time"] is not None and i["to_time"] <= t]
+    ended = [i["to_time"] for i in intervals.all if i["to_time"] is not None and i["to_time"] <= t]
     return max(ended) if ended else None
 
 
@@ -71,14 +108,15 @@ def _count(requests: list[dict] | None, cid: str, broker: int, lo, hi) -> int:  
                and lo <= r["request_time"] < hi)
 
 
-def _broker(cid: str, bid: int, versions: list[dict], intervals: list[dict], overlay: bool,
+def _broker(cid: str, bid: int, versions: list[dict], intervals: _Intervals, overlay: bool,
             metadata_requests: list[dict] | None, produce_requests: list[dict] | None) -> list[dict]:
     versions = sorted(versions, key=lambda v: (v["valid_from_time"], v["valid_from_offset"],
                                                -1 if v["record_offset"] is None else 0,
                                                v["record_offset"] or 0))
     start = versions[0]["valid_from_time"]
-    times = {v["valid_from_time"] for v in versions}
-    for i in intervals:
+    vtimes = [v["valid_from_time"] for v in versions]
+    times = set(vtimes)
+    for i in intervals.all:
         times.add(i["from_time"])
         if i["to_time"] is not None:
             times.add(i["to_time"])
@@ -86,7 +124,7 @@ def _broker(cid: str, bid: int, versions: list[dict], intervals: list[dict], ove
 
     pieces = []
     for k, t in enumerate(bounds):
-        v = [x for x in versions if x["valid_from_time"] <= t][-1]  # the last in (time, offset) order
+        v = versions[bisect_right(vtimes, t) - 1]  # the last with valid_from_time <= t in (time, offset) order
         state = _log_state(v)
         cur = _in_force(intervals, t)
         sampled = cur is not None and cur["state"] == "APPLIED"
@@ -141,6 +179,6 @@ def broker_states(brokers: list[dict], broker_applied: list[dict] | None, metada
     overlay_clusters = {i["cluster_id"] for i in broker_applied or []}  # choice: per cluster
     out = []
     for (cid, bid) in sorted(visible):
-        out.extend(_broker(cid, bid, visible[(cid, bid)], ivs.get((cid, bid), []), cid in overlay_clusters,
+        out.extend(_broker(cid, bid, visible[(cid, bid)], _Intervals(ivs.get((cid, bid), [])), cid in overlay_clusters,
                            metadata_requests, produce_requests))
     return out

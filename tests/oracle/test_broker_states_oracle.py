@@ -130,3 +130,30 @@ def test_only_fences_after_online_or_stopping_and_not_in_controlled_shutdown() -
     # the first interval and a fence after FENCED / UNREGISTERED never start with a fence
     fresh = chain(ver(1, 5, fenced=True), ver(2, 10, deleted=True), ver(3, 15, fenced=True, epoch=3, inc="I3"))
     assert [r["heartbeat_gap"] for r in broker_states(fresh, applied)] == [None, None, None]
+
+
+def test_the_interval_index_answers_as_the_plain_definition() -> None:
+    """``_Intervals.in_force`` (the index that lets the reference run on millions of intervals) equals
+    the plain definition — the interval with from_time <= t < to_time with the largest from_time, the
+    first in input order among ties — on random overlapping, tied and open intervals."""
+    import random
+
+    from broker_states_oracle import _Intervals
+
+    def plain(ivs, t):
+        hits = [i for i in ivs if i["from_time"] <= t and (i["to_time"] is None or t < i["to_time"])]
+        return max(hits, key=lambda i: i["from_time"]) if hits else None
+
+    rnd = random.Random(7)
+    checked = 0
+    for _ in range(300):
+        ivs = []
+        for n in range(rnd.randint(0, 12)):
+            a = rnd.randint(0, 30)
+            ivs.append({"n": n, "from_time": a, "to_time": None if rnd.random() < 0.15 else a + rnd.randint(0, 8)})
+        idx = _Intervals(ivs)
+        for t in range(-1, 42):
+            want = plain(ivs, t)
+            assert idx.in_force(t) is want, (ivs, t)
+            checked += want is not None
+    assert checked > 1000

@@ -83,6 +83,10 @@ class DeltaSparkBackend:
          .addColumns(schema).partitionedBy(*partition_by).execute())
         return True
 
+    def add_columns(self, name: str, fields: StructType) -> None:
+        cols = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields.fields)
+        self.spark.sql(f"ALTER TABLE delta.`{self._path(name).replace('`', '``')}` ADD COLUMNS ({cols})")
+
     def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
               txn: tuple[str, int] | None = None) -> CommitResult:
         before = self.version(name)

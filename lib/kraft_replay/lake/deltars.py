@@ -304,6 +304,12 @@ class DeltaRsBackend:
                                        f"{str(exc).splitlines()[0]}; check the lake root") from None
         return True
 
+    def add_columns(self, name: str, fields: StructType) -> None:
+        from deltalake.schema import Field as DeltaField
+
+        self._check_root_writable()
+        self._open(name).alter.add_columns([DeltaField.from_json(f.json()) for f in fields.fields])
+
     # ---- writes ------------------------------------------------------------------------------
 
     def _stage(self, name: str, snap: Snapshot, df: DataFrame) -> tuple[str, list[tuple[AddAction, int]]]:

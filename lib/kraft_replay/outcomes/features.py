@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from kraft_replay.config import CONF_DIR
 from kraft_replay.outcomes.lookups import _VAL, _as_of, log_end_at
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES, mv_name
+from kraft_replay.replay.losses import LOSS_DOMAINS, LOSS_KEYS, dropped_at, holds_loss, loss_columns
 
 __all__ = [
     "FeaturesPolicy", "load_features_policy", "feature_transitions", "feature_protection_violations",
@@ -57,7 +58,6 @@ KRAFT_V1_MV = 21            # §7.2: kraft.version 1 needs metadata.version >= 3
 CONTROLLER_REGISTRATION_MV = 15  # §6.2: 3.7-IV0
 KIP1155_FLOOR = 15          # seed 001: no downgrade below 3.7-IV0
 UPGRADE_TYPES = {1: "UPGRADE", 2: "SAFE_DOWNGRADE", 3: "UNSAFE_DOWNGRADE"}
-MIGRATING_DIR = "AAAAAAAAAAAAAAAAAAAAAA"
 _FEATURES_TYPE = "array<struct<name:string,min_supported_version:smallint,max_supported_version:smallint>>"
 _PREFIX = "The update failed for all features since the following feature had an error: "
 
@@ -498,61 +498,27 @@ def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPoli
 
 # -- losses (the lossy check) ----------------------------------------------------------------------------------
 
-#: the versioned tables the lossy check reads, in the order losses are listed
-LOSS_DOMAINS = ("partitions", "brokers", "controllers", "scram_credentials", "delegation_tokens", "zk_migration_state",
-                "features")
-_DOMAIN_ORDER = list(LOSS_DOMAINS)
-
-
 def downgrade_losses(rows: DataFrame, domains: dict[str, DataFrame]) -> DataFrame:
-    """Seed 001's lossy check, facts §6.2/§6.3 and the image writers: for ``rows`` (``cluster_id``,
-    ``_rid``, ``as_of_offset`` O, ``_target`` T), what the image at O cannot keep written at level T —
-    one row per (domain, entity, field): ``cluster_id``, ``_rid``, ``_dorder``, ``domain``, ``entity``
-    (JSON of the keys), ``field`` (null = the whole entity), ``what``."""
+    """Seed 001's lossy check, facts §6.2/§6.3 and the image writers (the rules of
+    :mod:`kraft_replay.replay.losses`): for ``rows`` (``cluster_id``, ``_rid``, ``as_of_offset`` O,
+    ``_target`` T), what the image at O cannot keep written at level T — one row per (domain, entity,
+    field): ``cluster_id``, ``_rid``, ``_dorder``, ``domain``, ``entity`` (JSON of the keys), ``field``
+    (null = the whole entity), ``what``."""
     r = rows.select("cluster_id", "_rid", F.col("as_of_offset").alias("_pos"), F.col("_target").alias("_t"))
     parts: list[DataFrame] = []
-
-    def at(name: str, keys: list[str], cols: list[str], where: Column) -> DataFrame | None:
-        df = domains.get(name)
+    for order, d in enumerate(LOSS_DOMAINS):
+        df = domains.get(d)
         if df is None:
-            return None
-        v = df.where(where).select("cluster_id", *keys, *cols, "valid_from_offset", "valid_to_offset", "deleted")
-        return r.join(v, "cluster_id").where(_live_at(F.col("_pos"))).withColumn(
-            "_entity", F.to_json(F.struct(*[F.col(k) for k in sorted(keys)])))
-
-    def add(j: DataFrame | None, domain: str, cond: Column, field: str | None, what: Column | str) -> None:
-        if j is None:
-            return
-        parts.append(j.where(cond).select(
-            "cluster_id", "_rid", F.lit(_DOMAIN_ORDER.index(domain)).alias("_dorder"), F.lit(domain).alias("domain"),
-            F.col("_entity").alias("entity"), F.lit(field).cast("string").alias("field"),
-            (F.lit(what) if isinstance(what, str) else what).alias("what")))
-
-    t = F.col("_t")
-    nonmig = F.exists(F.coalesce(F.col("directories"), F.array()), lambda d: d != MIGRATING_DIR)
-    p = at("partitions", ["topic_id", "partition_id"], ["directories", "eligible_leader_replicas", "last_known_elr"],
-           nonmig | (F.size(F.coalesce(F.col("eligible_leader_replicas"), F.array())) > 0)
-           | (F.size(F.coalesce(F.col("last_known_elr"), F.array())) > 0))
-    add(p, "partitions", (t < 17) & nonmig, "directories", "the directory assignment state of one or more replicas")
-    add(p, "partitions", (t < 23) & (F.size(F.coalesce(F.col("eligible_leader_replicas"), F.array())) > 0),
-        "eligible_leader_replicas", "the eligible leader replicas")
-    add(p, "partitions", (t < 23) & (F.size(F.coalesce(F.col("last_known_elr"), F.array())) > 0),
-        "last_known_elr", "the eligible leader replicas")
-    b = at("brokers", ["broker_id"], ["in_controlled_shutdown", "is_migrating_zk_broker", "log_dirs"], F.lit(True))
-    add(b, "brokers", (t < 7) & F.coalesce(F.col("in_controlled_shutdown"), F.lit(False)), "in_controlled_shutdown",
-        "the inControlledShutdown state of one or more brokers")
-    add(b, "brokers", (t < 8) & F.coalesce(F.col("is_migrating_zk_broker"), F.lit(False)), "is_migrating_zk_broker",
-        "the isMigratingZkBroker state of one or more brokers")
-    add(b, "brokers", (t < 17) & (F.size(F.coalesce(F.col("log_dirs"), F.array())) > 0), "log_dirs",
-        "the online log directories of one or more brokers")
-    add(at("controllers", ["controller_id"], [], F.lit(True)), "controllers", t < 15, None, "controller registration data")
-    add(at("scram_credentials", ["name", "mechanism"], [], F.lit(True)), "scram_credentials", t < 11, None,
-        "SCRAM credentials")
-    add(at("delegation_tokens", ["token_id"], [], F.lit(True)), "delegation_tokens", t < 14, None, "delegation tokens")
-    z = at("zk_migration_state", [], ["zk_migration_state_name"], F.lit(True))
-    add(z, "zk_migration_state", (t < 8) & (F.col("zk_migration_state_name") != "NONE"), None,
-        F.concat(F.lit("the ZK Migration state which was "), F.col("zk_migration_state_name")))
-    add(at("features", ["name"], [], F.col("name") != METADATA_VERSION), "features", t < 4, None, "feature flag(s)")
+            continue
+        keys = list(LOSS_KEYS[d])
+        v = df.where(holds_loss(d)).select("cluster_id", *keys, *loss_columns(d), "valid_from_offset",
+                                           "valid_to_offset", "deleted")
+        j = r.join(v, "cluster_id").where(_live_at(F.col("_pos")))
+        parts.append(j.select("cluster_id", "_rid", F.lit(order).alias("_dorder"), F.lit(d).alias("domain"),
+                              F.to_json(F.struct(*[F.col(k) for k in sorted(keys)])).alias("entity"),
+                              F.explode(dropped_at(d, F.col("_t"))).alias("_l"))
+                     .select("cluster_id", "_rid", "_dorder", "domain", "entity", F.col("_l.field").alias("field"),
+                             F.col("_l.what").alias("what")))
     if not parts:
         return r.limit(0).select("cluster_id", "_rid", F.lit(0).alias("_dorder"), *[F.lit(None).cast("string").alias(c)
                                                                                   for c in ("domain", "entity", "field", "what")])

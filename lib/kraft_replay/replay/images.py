@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES
+from kraft_replay.replay.losses import dropped_at
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 
 __all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "broker_offset", "image", "image_frames", "image_json",
@@ -85,7 +86,10 @@ def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None 
     entity of every domain in ``versions`` — at each metadata.version change
     (:func:`metadata_version_changes`, trigger ``METADATA_VERSION_CHANGE``) and at each row of
     ``requested`` (``cluster_id``, ``image_offset``; trigger ``REQUESTED``), one row per entity, each
-    image found with one range join per domain (:func:`as_of_range`)."""
+    image found with one range join per domain (:func:`as_of_range`). ``dropped`` (seed 001, facts
+    §6.3): what the snapshot written at the image's ``metadata_version_level`` leaves out of the entity
+    (:func:`kraft_replay.replay.losses.dropped_at`; a null field is the whole entity) — after a lossy
+    metadata.version downgrade, the snapshot written at the new level and what it dropped."""
     at = metadata_version_changes(versions["features"]).withColumn("trigger", F.lit("METADATA_VERSION_CHANGE"))
     if requested is not None:
         mv = (as_of_range(versions["features"].where(F.col("name") == METADATA_VERSION),
@@ -107,7 +111,8 @@ def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None 
             F.col("_o.trigger").alias("trigger"), F.col("_o.metadata_version_level").alias("metadata_version_level"),
             F.lit(d).alias("domain"),
             F.to_json(F.struct(*[F.col(f"_v.{k}").alias(k) for k in keys])).alias("entity_key"),
-            F.to_json(F.struct(*[F.col(f"_v.{c}").alias(c) for c in cols])).alias("entity")))
+            F.to_json(F.struct(*[F.col(f"_v.{c}").alias(c) for c in cols])).alias("entity"),
+            dropped_at(d, F.col("_o.metadata_version_level"), lambda c: F.col(f"_v.{c}")).alias("dropped")))
     out = parts[0]
     for p in parts[1:]:
         out = out.unionByName(p)

@@ -153,7 +153,7 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
         requested = (spark.createDataFrame([(c, o) for c in clusters for o in sorted(set(image_at))],
                                            "cluster_id string, image_offset long") if image_at else None)
         snaps = image_snapshots({t: res[t] for t in VERSIONED_TABLES}, requested)
-        lake.create_table(IMAGE_SNAPSHOTS, from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
+        lake.create_table(IMAGE_SNAPSHOTS, from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"], evolve=True)
         r = lake.overwrite(IMAGE_SNAPSHOTS, snaps, replace_where=where)
         summary.rows[IMAGE_SNAPSHOTS] = r.rows
         say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")

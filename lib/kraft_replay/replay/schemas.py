@@ -285,7 +285,9 @@ SILVER_TABLES: dict[str, SilverTable] = {t.name: t for t in _TABLES}
 #: ``image_offset`` (the image holds every committed record with offset <= it), ``trigger``
 #: (``METADATA_VERSION_CHANGE`` or ``REQUESTED``), ``metadata_version_level`` of the image, ``domain``
 #: (a versioned table), ``entity_key`` / ``entity`` (JSON objects of the key columns / of the key
-#: columns and fields, snake_case as in the domain's table). Written by the batch replay with the
+#: columns and fields, snake_case as in the domain's table), ``dropped`` (seed 001: what the snapshot
+#: written at ``metadata_version_level`` leaves out of the entity, ``field`` null = all of it; empty when
+#: nothing — after a lossy downgrade, the new level's snapshot is ``entity`` less ``dropped``). Written by the batch replay with the
 #: silver tables; not compared with the oracle table by table (it is derived from the versioned
 #: tables, see tests/replay/test_image_snapshots.py).
 IMAGE_SNAPSHOTS = "image_snapshots"
@@ -297,6 +299,7 @@ IMAGE_SNAPSHOTS_SCHEMA = pa.schema([
     pa.field("domain", pa.string()),
     pa.field("entity_key", pa.string()),
     pa.field("entity", pa.string()),
+    pa.field("dropped", pa.list_(pa.struct([pa.field("field", pa.string()), pa.field("what", pa.string())]))),
 ])
 VERSIONED_TABLES: tuple[str, ...] = tuple(t.name for t in _TABLES if t.versioned)
 

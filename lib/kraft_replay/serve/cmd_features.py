@@ -104,26 +104,53 @@ def _as_of(lake, cluster_id: str, text: str | None) -> int:  # noqa: ANN001 - a 
     return resolve_offset(lake, cluster_id, time=parse_time(text))
 
 
+def _image_slices(spark, lake, cluster_id: str, offset: int) -> tuple[dict, dict]:  # noqa: ANN001
+    """What the check reads, as ``(Arrow tables, small DataFrames of them)``: the versions in force at
+    ``offset`` of ``features``, ``brokers``, ``controllers`` and the lossy check's domains (of
+    ``partitions`` only the columns the check reads), and the quorum's LEADER_CHANGE / KRAFT_VOTERS
+    control records up to ``offset`` — each read on the driver (:meth:`Lake.read_arrow`: the cluster's
+    files, row groups pruned by their offset statistics), so a check costs a few small Spark jobs however
+    long the log. The validation itself is the gold tables' (``outcomes_at``)."""
+    import pyarrow.compute as pc
+    from pyspark.sql import types as T
+
+    from kraft_replay.replay.losses import LOSS_DOMAINS, LOSS_KEYS, loss_columns
+
+    where = [("cluster_id", "=", cluster_id)]
+    live = (pc.field("valid_from_offset") <= offset) & (
+        pc.field("valid_to_offset").is_null() | (pc.field("valid_to_offset") > offset))
+    quorum = ((pc.field("source_kind") == "log") & pc.field("control_type").isin(["LEADER_CHANGE", "KRAFT_VOTERS"])
+              & (pc.field("offset") <= offset))
+    narrow = {"partitions": ["cluster_id", *LOSS_KEYS["partitions"], *loss_columns("partitions"), "valid_from_offset",
+                             "valid_to_offset", "deleted"]}
+    arrow, frames = {}, {}
+    for t in (*dict.fromkeys(("features", "brokers", "controllers", *LOSS_DOMAINS)), "metadata_control"):
+        if not lake.exists(t):
+            continue
+        cols = narrow.get(t)
+        schema = lake.schema(t)
+        if cols is not None:
+            schema = T.StructType([schema[c] for c in cols])
+        arrow[t] = lake.read_arrow(t, columns=cols, partitions=where, filter=quorum if t == "metadata_control" else live)
+        # an empty Arrow table has no chunks, which Spark's Arrow path cannot take
+        frames[t] = spark.createDataFrame(arrow[t] if arrow[t].num_rows else [], schema=schema)
+    return arrow, frames
+
+
 def check(spark, lake, cluster_id: str, specs: list[tuple[str, int, str | None]], offset: int,  # noqa: ANN001
           policy=None) -> dict[str, Any]:  # noqa: ANN001
     """The what-if verdict of one request of ``specs`` on the image of ``cluster_id`` as of ``offset``:
     a JSON-ready dict (per-update rows of ``feature_update_outcomes``, the blocking nodes, the loss report)."""
     import datetime as dt
 
-    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     from kraft_replay.outcomes.features import LOSS_DOMAINS, outcomes_at
     from kraft_replay.replay.features import METADATA_VERSION, MV_NAMES
 
-    from kraft_replay.replay.run import cluster_where
-
-    where = cluster_where([cluster_id])
-    read = lambda t: lake.read(t, where=where)  # noqa: E731
-    feats = read("features")
-    live = ((F.col("valid_from_offset") <= offset) & (F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > offset))
-            & ~F.col("deleted"))
-    levels = {r["name"]: int(r["feature_level"]) for r in feats.where(live).select("name", "feature_level").collect()}
+    arrow, tables = _image_slices(spark, lake, cluster_id, offset)
+    live = lambda t: [r for r in arrow[t].to_pylist() if not r["deleted"]]  # noqa: E731 - in force at the offset
+    levels = {r["name"]: int(r["feature_level"]) for r in live("features")}
     mv = levels.get(METADATA_VERSION, 1)
     rows = []
     for i, (name, level, utype) in enumerate(specs):
@@ -138,15 +165,15 @@ def check(spark, lake, cluster_id: str, specs: list[tuple[str, int, str | None]]
         T.StructField("upgrade_type_code", T.IntegerType()), T.StructField("validate_only", T.BooleanType()),
         T.StructField("_rid", T.LongType()), T.StructField("as_of_offset", T.LongType())])
     req = spark.createDataFrame(rows, schema)
-    domains = {d: read(d) for d in LOSS_DOMAINS if lake.exists(d)}
-    control = read("metadata_control") if lake.exists("metadata_control") else None
-    out, lost = outcomes_at(req, feats, read("brokers"), read("controllers"), control, domains, None, policy)
+    domains = {d: tables[d] for d in LOSS_DOMAINS if d in tables}
+    out, lost = outcomes_at(req, tables["features"], tables["brokers"], tables["controllers"], tables.get("metadata_control"),
+                            domains, None, policy)
     got = sorted((r.asDict(recursive=True) for r in out.collect()), key=lambda r: r["_rid"])
     losses = [r.asDict() for r in lost.orderBy("_dorder", "entity", "field").collect()]
     # the nodes that block each update (every one, not just the first the controller names): §7.3
     nodes = []
     for table, idc, kind in (("brokers", "broker_id", "broker"), ("controllers", "controller_id", "controller")):
-        for r in read(table).where(live).select(idc, "features").collect():
+        for r in live(table):
             nodes.append((kind, int(r[idc]), {f["name"]: (int(f["min_supported_version"]), int(f["max_supported_version"]))
                                               for f in (r["features"] or [])}))
     updates = []
