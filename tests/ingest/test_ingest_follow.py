@@ -104,6 +104,20 @@ def test_follow_a_node_dir_while_it_is_written(spark, tiny_generated, tmp_path) 
                            ignore_nullable=True)
 
 
+def test_two_nodes_with_segments_of_one_base_offset_in_one_poll(spark, tmp_path) -> None:
+    """Two node dirs of one cluster hold segments with the same base offsets: one poll spools both
+    (apart: same file name) and the bronze log holds each offset once, as a plain ingest of one node."""
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples" / "node1"
+    for n in ("node1", "node2"):
+        shutil.copytree(samples, tmp_path / n)
+    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    follow(spark, lake, [str(tmp_path / "node1"), str(tmp_path / "node2")], interval=0.01, polls=1, say=_quiet)
+    plain = Lake(str(tmp_path / "plain"), spark, backend="deltars")
+    run_ingest(spark, plain, [str(samples)], say=_quiet)
+    got, want = (sorted(r.offset for r in x.read("metadata_log").select("offset").collect()) for x in (lake, plain))
+    assert got == want and len(got) == len(set(got)) > 0
+
+
 def test_a_rewritten_tail_is_taken_again(spark, tiny_generated, tmp_path) -> None:
     """A follower truncates its uncommitted tail and a new leader's batches replace it: the changed
     bytes are noticed (last batch's CRC) and the file is taken again; identical batches are not

@@ -151,7 +151,7 @@ def _poll(spark, lake, paths: list[str], cluster_id: str | None, positions: dict
             os.makedirs(spool, exist_ok=True)
             out = os.path.join(spool, f"{walk.first_offset:020d}.log")
             if os.path.exists(out):  # two node files with one base offset in one poll: keep them apart
-                out = os.path.join(spool, uuid.uuid4().hex[:6], f"{base:020d}.log")
+                out = os.path.join(spool, uuid.uuid4().hex[:6], f"{walk.first_offset:020d}.log")
                 os.makedirs(os.path.dirname(out))
             with open(out, "wb") as dst:
                 fh.seek(start)
