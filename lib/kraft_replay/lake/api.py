@@ -390,6 +390,7 @@ class Lake:
         as ``[("cluster_id", "=", "c1")]``), row groups by ``filter``'s (a ``pyarrow.compute`` expression)
         statistics. For the few rows an interactive command needs from a large table. ``partitions`` supports
         ``=`` and ``in``; on columns that are not partition columns they filter rows only."""
+        import pyarrow.compute as pc
         from deltalake import DeltaTable
 
         name = _valid_name(name)
@@ -397,8 +398,6 @@ class Lake:
             raise UnknownTableError(name, self._impl.root.child(name).uri, self._impl.table_names())
         dt = DeltaTable(self._impl.root.child(name).uri, version=self.published_versions().get(name),
                         storage_options=getattr(self._impl, "storage_options", None))
-        import pyarrow.compute as pc
-
         parts = set(dt.metadata().partition_columns)
         prune = [p for p in partitions or [] if p[0] in parts]
         for col, op, value in partitions or []:  # every tuple filter holds for the rows as well
