@@ -55,11 +55,11 @@ class _Intervals:
 
     def __init__(self, intervals: list[dict]) -> None:
         self.all = intervals
-        order = sorted(range(len(intervals)), key=lambda k: (intervals[k]["from_time"], k))
+        # by from_time, and among equal ones the input's first last: walking back meets it first
+        order = sorted(range(len(intervals)), key=lambda k: (intervals[k]["from_time"], -k))
         self.sorted = [intervals[k] for k in order]
-        self.index = order
         self.froms = [i["from_time"] for i in self.sorted]
-        self.reach = []  # running max of to_time in from_time order (None = open, beyond everything)
+        self.reach = []  # running max of to_time in that order (None = open, beyond everything)
         far = None
         for k, i in enumerate(self.sorted):
             if k == 0 or i["to_time"] is None or (far is not None and i["to_time"] > far):
@@ -76,25 +76,15 @@ class _Intervals:
         while j >= 0 and (self.reach[j] is None or self.reach[j] > t):
             i = self.sorted[j]
             if i["to_time"] is None or t < i["to_time"]:
-                best = j  # the first hit going back has the largest from_time; ties: smallest input index
-                while best > 0 and self.froms[best - 1] == i["from_time"]:
-                    best -= 1
-                    if self.sorted[best]["to_time"] is None or t < self.sorted[best]["to_time"]:
-                        j = best
-                return self.sorted[j]
+                return i
             j -= 1
         return None
-
-
-def _in_force(intervals: _Intervals, t):  # noqa: ANN001, ANN202
-    """The broker_applied interval with from_time <= t < to_time (None = open), or None."""
-    return intervals.in_force(t)
 
 
 def _gap_start(intervals: _Intervals, t):  # noqa: ANN001, ANN202
     """The design's gap start at fence time t: the in-force interval's from_time (APPLIED or
     NO_SAMPLES alike), else the to_time of the last interval that ended at or before t, else None."""
-    cur = _in_force(intervals, t)
+    cur = intervals.in_force(t)
     if cur is not None:
         return cur["from_time"]
     ended = [i["to_time"] for i in intervals.all if i["to_time"] is not None and i["to_time"] <= t]
@@ -126,7 +116,7 @@ def _broker(cid: str, bid: int, versions: list[dict], intervals: _Intervals, ove
     for k, t in enumerate(bounds):
         v = versions[bisect_right(vtimes, t) - 1]  # the last with valid_from_time <= t in (time, offset) order
         state = _log_state(v)
-        cur = _in_force(intervals, t)
+        cur = intervals.in_force(t)
         sampled = cur is not None and cur["state"] == "APPLIED"
         if overlay and state == "FENCED" and not sampled:
             state = "OFFLINE"  # the process is not running

@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 from kraft_replay.lake import files as _files
 from kraft_replay.lake.deltars import CommitResult
 from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError, UnknownTableError
-from kraft_replay.lake.schema import conform, same_schema
+from kraft_replay.lake.schema import conform, same_schema, sql_ident
 
 
 class DeltaSparkBackend:
@@ -84,8 +84,8 @@ class DeltaSparkBackend:
         return True
 
     def add_columns(self, name: str, fields: StructType) -> None:
-        cols = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields.fields)
-        self.spark.sql(f"ALTER TABLE delta.`{self._path(name).replace('`', '``')}` ADD COLUMNS ({cols})")
+        cols = ", ".join(f"{sql_ident(f.name)} {f.dataType.simpleString()}" for f in fields.fields)
+        self.spark.sql(f"ALTER TABLE delta.{sql_ident(self._path(name))} ADD COLUMNS ({cols})")
 
     def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
               txn: tuple[str, int] | None = None) -> CommitResult:

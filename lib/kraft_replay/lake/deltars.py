@@ -48,7 +48,7 @@ from kraft_replay.lake.errors import (
     SchemaMismatchError,
     UnknownTableError,
 )
-from kraft_replay.lake.schema import conform, same_schema, to_delta_schema, to_spark_schema
+from kraft_replay.lake.schema import conform, same_schema, sql_ident, to_delta_schema, to_spark_schema
 
 COMMIT_RETRIES = 20
 # Reader features whose tables still read correctly as plain Parquet files plus partition values.
@@ -115,11 +115,6 @@ def _as_utc(value: Any) -> _dt.datetime:
     if not isinstance(value, _dt.datetime):
         raise InvalidArgumentError(f"timestamp must be a datetime or ISO-8601 string, got {value!r}")
     return value.replace(tzinfo=_dt.timezone.utc) if value.tzinfo is None else value.astimezone(_dt.timezone.utc)
-
-
-def _ident(name: str) -> str:
-    """``name`` as a quoted Spark SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 class DeltaRsBackend:
@@ -453,7 +448,7 @@ class DeltaRsBackend:
                 "(overwrite the whole table instead)")
         # one row of the partition columns alone (nothing else the predicate could resolve to)
         empty = self.spark.sql("SELECT " + ", ".join(
-            f"CAST(NULL AS {f.dataType.simpleString()}) AS {_ident(f.name)}"
+            f"CAST(NULL AS {f.dataType.simpleString()}) AS {sql_ident(f.name)}"
             for f in snap.schema.fields if f.name in snap.partition_by))
         try:
             empty.where(predicate)
@@ -481,7 +476,7 @@ class DeltaRsBackend:
                 args[f"v{i}_{j}"] = v
                 cells.append(f"CAST(CAST(:v{i}_{j} AS STRING) AS {types[c]})")
             values.append("(" + ", ".join(cells) + ")")
-        names = ", ".join(_ident(c) for c in cols)
+        names = ", ".join(sql_ident(c) for c in cols)
         frame = self.spark.sql(f"SELECT * FROM VALUES {', '.join(values)} AS t(__i, {names})", args=args)
         hit = {keys[r["__i"]] for r in frame.where(F.coalesce(F.expr(predicate), F.lit(False))).select("__i").collect()}
         return {i for i, r in enumerate(rows) if tuple(r.get(c) for c in cols) in hit}

@@ -20,6 +20,11 @@ def to_delta_schema(schema: StructType) -> DeltaSchema:
     return DeltaSchema.from_json(schema.json())
 
 
+def sql_ident(name: str) -> str:
+    """``name`` as a quoted Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def to_spark_schema(schema: DeltaSchema) -> StructType:
     """delta-rs ``Schema`` -> Spark ``StructType`` via the shared JSON form."""
     return StructType.fromJson(json.loads(schema.to_json()))

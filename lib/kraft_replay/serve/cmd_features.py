@@ -145,8 +145,9 @@ def check(spark, lake, cluster_id: str, specs: list[tuple[str, int, str | None]]
 
     from pyspark.sql import types as T
 
-    from kraft_replay.outcomes.features import LOSS_DOMAINS, outcomes_at
+    from kraft_replay.outcomes.features import outcomes_at
     from kraft_replay.replay.features import METADATA_VERSION, MV_NAMES
+    from kraft_replay.replay.losses import LOSS_DOMAINS
 
     arrow, tables = _image_slices(spark, lake, cluster_id, offset)
     live = lambda t: [r for r in arrow[t].to_pylist() if not r["deleted"]]  # noqa: E731 - in force at the offset
