@@ -189,29 +189,29 @@ def test_lake_on_file_uri(spark, tmp_path):
     assert [t.name for t in lake.tables()] == ["e"]
 
 
-def test_read_arrow_reads_the_published_rows_a_filter_keeps(spark, lake, events_table):
-    """``read_arrow``: the rows readers see (the published version, not a newer unpublished commit),
-    files pruned by a partition filter, rows by a pyarrow expression — no Spark job; a tuple filter on
-    a column that is not a partition column filters rows."""
+def test_reader_scan_reads_the_published_rows_a_filter_keeps(spark, lake, events_table):
+    """``LakeReader.scan``: the rows readers see (the published version, not a newer unpublished commit),
+    files pruned by a partition filter, rows by a pyarrow expression — no Spark; a tuple filter on a
+    column that is not a partition column filters rows; a missing table is None."""
     import pyarrow.compute as pc
 
-    from kraft_replay.lake.errors import InvalidArgumentError, UnknownTableError
+    from kraft_replay.lake.errors import InvalidArgumentError
+    from kraft_replay.lake.reader import LakeReader
 
     lake.append(events_table, events(spark, 0, 100))
     lake.publish([events_table], "first")
     lake.start_run("unpublished", [events_table])
     lake.append(events_table, events(spark, 100, 200))  # a run that never publishes: readers do not see it
     lake.end_run()
-    got = lake.read_arrow(events_table, columns=["id", "part"], partitions=[("part", "=", 1)],
-                          filter=pc.field("id") >= 90)
+    reader = LakeReader(lake.root)
+    got = reader.scan(events_table, columns=["id", "part"], partitions=[("part", "=", 1)], filter=pc.field("id") >= 90)
     assert sorted(got.column("id").to_pylist()) == [91, 94, 97] and set(got.column("part").to_pylist()) == {1}
     assert got.schema.names == ["id", "part"]
-    by_id = lake.read_arrow(events_table, partitions=[("id", "in", [3, 150])])
+    by_id = reader.scan(events_table, partitions=[("id", "in", [3, 150])])
     assert by_id.column("id").to_pylist() == [3]
     with pytest.raises(InvalidArgumentError, match="operator '<'"):
-        lake.read_arrow(events_table, partitions=[("part", "<", 2)])
-    with pytest.raises(UnknownTableError):
-        lake.read_arrow("nope")
+        reader.scan(events_table, partitions=[("part", "<", 2)])
+    assert reader.scan("nope") is None
 
 
 def test_create_table_evolve_adds_trailing_columns_only(spark, lake, events_table):

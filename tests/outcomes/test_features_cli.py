@@ -51,6 +51,8 @@ def test_accepted_refused_and_the_loss_report(spark, replayed_tiny, capsys) -> N
     (["metadata.version=20:DOWN"], "upgrade type 'DOWN' is not one of"),
     (["group.version=1", "group.version=0"], "feature 'group.version' is given twice"),
     (["--cluster-id", "nOsUcH", "group.version=1"], "cluster 'nOsUcH' has not been replayed"),
+    (["--as-of", "yesterday", "group.version=1"], "--as-of 'yesterday' is neither an offset nor an ISO-8601 time"),
+    (["--lake", "/nonexistent/lake", "group.version=1"], "no lake at /nonexistent/lake"),
 ])
 def test_bad_input_is_one_line_exit_2(spark, replayed_tiny, capsys, args, message) -> None:
     code, _, err = _check(replayed_tiny, capsys, *args)

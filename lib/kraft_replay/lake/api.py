@@ -18,13 +18,11 @@ from pyspark.sql.types import StructField, StructType
 
 from kraft_replay.lake.backend import LakeBackend, make_backend
 from kraft_replay.lake.deltars import CommitResult
-from kraft_replay.lake.errors import InvalidArgumentError, UnknownTableError
+from kraft_replay.lake.errors import InvalidArgumentError
 from kraft_replay.lake.schema import same_schema
 from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_LOCK, Rollback, dead_commits, delete_files
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from kraft_replay.lake.staged import StagedWrite
 
 Backend = Literal["auto", "deltars", "delta-spark"]
@@ -382,31 +380,6 @@ class Lake:
         if version is None and timestamp is None and not latest:
             version = self.published_versions().get(name)
         return self._impl.read(name, version=version, timestamp=timestamp, where=where)
-
-    def read_arrow(self, name: str, columns: list[str] | None = None,
-                   partitions: list[tuple[str, str, Any]] | None = None, filter: Any = None) -> "pa.Table":  # noqa: A002
-        """The rows of ``name`` as readers see it (as :meth:`read`) that ``filter`` keeps, read on the
-        driver by delta-rs and pyarrow — no Spark job: files pruned by ``partitions`` (tuple filters such
-        as ``[("cluster_id", "=", "c1")]``), row groups by ``filter``'s (a ``pyarrow.compute`` expression)
-        statistics. For the few rows an interactive command needs from a large table. ``partitions`` supports
-        ``=`` and ``in``; on columns that are not partition columns they filter rows only."""
-        import pyarrow.compute as pc
-        from deltalake import DeltaTable
-
-        name = _valid_name(name)
-        if not self._impl.exists(name):
-            raise UnknownTableError(name, self._impl.root.child(name).uri, self._impl.table_names())
-        dt = DeltaTable(self._impl.root.child(name).uri, version=self.published_versions().get(name),
-                        storage_options=getattr(self._impl, "storage_options", None))
-        parts = set(dt.metadata().partition_columns)
-        prune = [p for p in partitions or [] if p[0] in parts]
-        for col, op, value in partitions or []:  # every tuple filter holds for the rows as well
-            if op not in ("=", "in"):
-                raise InvalidArgumentError(f"read_arrow: partition filter operator {op!r} is not '=' or 'in'")
-            cond = pc.field(col) == value if op == "=" else pc.field(col).isin(list(value))
-            filter = cond if filter is None else cond & filter  # noqa: A001
-        ds = dt.to_pyarrow_dataset(file_pruning_predicate=prune or None)
-        return ds.to_table(columns=columns, filter=filter)
 
     def register_views(self, latest: bool = False) -> list[str]:
         """Register every table as readers see it (published version, else latest) as a Spark temp

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import threading
 
+from typing import Any
+
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
+
+from kraft_replay.lake.errors import InvalidArgumentError
 
 # The name of the lake-internal table of published versions (``kraft_replay.lake.publish.PUBLISHED``;
 # not imported from there because that module's imports load Spark's types).
@@ -68,6 +73,16 @@ class LakeReader:
         with self._lock:
             return self._read_at(name, self.version(name), columns)
 
+    def scan(self, name: str, columns: list[str] | None = None, partitions: list[tuple[str, str, Any]] | None = None,
+             filter: Any = None) -> pa.Table | None:  # noqa: A002
+        """The rows of ``name`` at :meth:`version` that ``partitions`` and ``filter`` keep (see
+        :func:`scan_table`), read afresh (not cached); None when the table does not exist."""
+        with self._lock:
+            version = self.version(name)
+        if version is None:
+            return None
+        return scan_table(DeltaTable(self.uri(name), version=version), columns, partitions, filter)
+
     def _read_at(self, name: str, version: int | None, columns: list[str] | None) -> pa.Table | None:
         """Table ``name`` at ``version`` (None: its latest), from the cache when already read there."""
         if version is None:
@@ -87,3 +102,19 @@ class LakeReader:
         self._cache[key] = (version, table)
         self.reads += 1
         return table
+
+
+def scan_table(dt: DeltaTable, columns: list[str] | None = None, partitions: list[tuple[str, str, Any]] | None = None,
+               filter: Any = None) -> pa.Table:  # noqa: A002
+    """The rows of ``dt`` that ``filter`` (a ``pyarrow.compute`` expression) and ``partitions`` (tuple
+    filters such as ``[("cluster_id", "=", "c1")]``, operators ``=`` and ``in``) keep: files pruned by the
+    partition filters, row groups by ``filter``'s statistics; on columns that are not partition columns
+    the tuple filters filter rows only. For the few rows an interactive command needs from a large table."""
+    parts = set(dt.metadata().partition_columns)
+    prune = [p for p in partitions or [] if p[0] in parts]
+    for col, op, value in partitions or []:  # every tuple filter holds for the rows as well
+        if op not in ("=", "in"):
+            raise InvalidArgumentError(f"scan: partition filter operator {op!r} is not '=' or 'in'")
+        cond = pc.field(col) == value if op == "=" else pc.field(col).isin(list(value))
+        filter = cond if filter is None else cond & filter  # noqa: A001
+    return dt.to_pyarrow_dataset(file_pruning_predicate=prune or None).to_table(columns=columns, filter=filter)

@@ -21,8 +21,9 @@ docs/design.md "``feature_transitions`` â€¦" and "``feature_update_outcomes`` â€
   loss rules), listed in ``downgrade_losses``; SAFE_DOWNGRADE is refused on any loss, UNSAFE proceeds.
 
 Column expressions, windows and range joins of the (few) request or transition rows with versions;
-no Python UDFs. :func:`check_updates` is the validation alone: ``kraft-replay features check`` runs it
-on one synthetic request.
+no Python UDFs. :func:`check_updates` is the validation alone. ``kraft-replay features check`` applies the
+same rules to one request on the driver (:mod:`kraft_replay.outcomes.feature_check`, held equal to
+these by tests/outcomes/test_feature_check.py).
 """
 
 from __future__ import annotations
@@ -572,7 +573,7 @@ def outcomes_at(req: DataFrame, features: DataFrame, brokers: DataFrame, control
                 scenario_events: DataFrame | None = None,
                 policy: FeaturesPolicy | None = None) -> tuple[DataFrame, DataFrame]:
     """:func:`feature_update_outcomes` for request rows that already carry ``_rid`` and ``as_of_offset``
-    (the what-if checker picks its own offset)."""
+    (any offset, not only the one before ``request_time``)."""
     req = req.localCheckpoint(eager=True)
     ctx = image_context(req, "as_of_offset", features, brokers, controllers, domains.get("zk_migration_state"),
                         metadata_control).localCheckpoint(eager=True)

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -133,16 +133,28 @@ def resolve_offset(lake, cluster_id: str, offset: int | None = None, time: Any =
     """The image offset asked for: ``offset`` itself, the last offset of the last batch appended at
     or before ``time`` (provenance moves at batch boundaries, facts §5.1), or — with neither — the
     cluster's last offset. Offsets below where replay started are an :class:`ImageError`."""
-    if offset is not None and time is not None:
-        raise ImageError("give --offset or --time, not both")
     for t in ("log_commit", "log_batches"):
         if not lake.exists(t):
             raise ImageError(f"lake {lake.root}: table {t} is missing: run `kraft-replay replay --lake {lake.root}` first")
     commit = lake.read("log_commit").where(F.col("cluster_id") == cluster_id).collect()
-    if not commit:
-        raise ImageError(f"cluster {cluster_id!r} has not been replayed in lake {lake.root}: run `kraft-replay replay "
-                         f"--lake {lake.root} --cluster-id {cluster_id}`")
-    c = commit[0]
+
+    def last_batch_at(at: dt.datetime) -> int | None:
+        row = (lake.read("log_batches").where((F.col("cluster_id") == cluster_id) & (F.col("append_time") <= F.lit(at)))
+               .agg(F.max("batch_last_offset").alias("o")).collect()[0])
+        return row["o"]
+    return pick_offset(lake.root, cluster_id, commit[0].asDict() if commit else None, last_batch_at, offset, time)
+
+
+def pick_offset(root: str, cluster_id: str, commit: dict | None, last_batch_at: Callable[[dt.datetime], int | None],
+                offset: int | None = None, time: Any = None) -> int:
+    """:func:`resolve_offset` from the cluster's ``log_commit`` row (None: never replayed) and
+    ``last_batch_at(t)``, the largest ``batch_last_offset`` appended at or before ``t`` (None: none)."""
+    if offset is not None and time is not None:
+        raise ImageError("give --offset or --time, not both")
+    if commit is None:
+        raise ImageError(f"cluster {cluster_id!r} has not been replayed in lake {root}: run `kraft-replay replay "
+                         f"--lake {root} --cluster-id {cluster_id}`")
+    c = commit
     floor = -1
     if c["start_snapshot_end_offset"] is not None:
         floor = c["start_snapshot_end_offset"] - 1
@@ -150,13 +162,12 @@ def resolve_offset(lake, cluster_id: str, offset: int | None = None, time: Any =
         floor = c["first_offset"]
     if time is not None:
         at = _ts(time)
-        row = (lake.read("log_batches").where((F.col("cluster_id") == cluster_id) & (F.col("append_time") <= F.lit(at)))
-               .agg(F.max("batch_last_offset").alias("o")).collect()[0])
-        if row["o"] is None:
+        last = last_batch_at(at)
+        if last is None:
             if floor >= 0:
                 return floor
             raise ImageError(f"cluster {cluster_id!r}: no batch was appended at or before {at.isoformat()}")
-        offset = int(row["o"])
+        offset = int(last)
     if offset is None:
         offset = c["last_offset"] if c["last_offset"] is not None else floor
     if offset < floor:

@@ -23,7 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -47,43 +51,86 @@ def _nonempty(c: Column) -> Column:
 @dataclass(frozen=True)
 class Loss:
     """One rule: ``domain``'s ``field`` (None: the whole entity) is not written below level ``below``
-    when ``holds(col)`` is true of the entity (``col`` resolves the entity's column names)."""
+    when the entity holds it, by ``test`` on column ``column``:
+
+    - ``"any_ne"``: the list holds an element other than ``value``; ``"nonempty"``: a non-empty list;
+    - ``"true"``: the flag is set; ``"ne"``: the value is not ``value``; ``"always"``: any entity.
+
+    ``what`` describes the loss; ``{}`` in it stands for the column's value. One declaration, two
+    evaluators: :meth:`holds` / :meth:`what_of` build Spark columns (``col`` resolves the entity's column
+    names), :meth:`holds_arrow` / :meth:`what_row` evaluate Arrow rows on the driver (the what-if
+    checker, :mod:`kraft_replay.outcomes.feature_check`)."""
 
     domain: str
     field: str | None
     below: int
-    columns: tuple[str, ...]
-    holds: Callable[[Col], Column]
-    what: Callable[[Col], Column]
+    test: str
+    column: str | None = None
+    value: Any = None
+    what: str = ""
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.column,) if self.column else ()
 
-def _text(s: str) -> Callable[[Col], Column]:
-    return lambda col: F.lit(s)
+    def holds(self, col: Col = F.col) -> Column:
+        c = col(self.column) if self.column else None
+        if self.test == "any_ne":
+            return F.exists(F.coalesce(c, F.array()), lambda d: d != self.value)
+        if self.test == "nonempty":
+            return _nonempty(c)
+        if self.test == "true":
+            return F.coalesce(c, F.lit(False))
+        if self.test == "ne":
+            return c != self.value
+        return F.lit(True)
+
+    def what_of(self, col: Col = F.col) -> Column:
+        if "{}" not in self.what:
+            return F.lit(self.what)
+        head, tail = self.what.split("{}", 1)
+        return F.concat(F.lit(head), col(self.column).cast("string"), F.lit(tail))
+
+    def holds_arrow(self, table: pa.Table) -> np.ndarray:
+        """:meth:`holds` of every row of ``table`` (which has :attr:`column`), as a boolean array."""
+        n = table.num_rows
+        if self.test == "always":
+            return np.ones(n, dtype=bool)
+        arr = table.column(self.column).combine_chunks()
+        if self.test == "any_ne":
+            flat, parents = pc.list_flatten(arr), pc.list_parent_indices(arr)
+            out = np.zeros(n, dtype=bool)
+            out[parents.filter(pc.fill_null(pc.not_equal(flat, self.value), False)).to_numpy()] = True
+            return out
+        if self.test == "nonempty":
+            got = pc.greater(pc.list_value_length(arr), 0)
+        elif self.test == "true":
+            got = arr
+        else:
+            got = pc.not_equal(arr, self.value)
+        return pc.fill_null(got, False).to_numpy(zero_copy_only=False)
+
+    def what_row(self, row: dict[str, Any]) -> str:
+        """:meth:`what_of` for one entity (a dict of its columns)."""
+        return self.what.replace("{}", str(row[self.column])) if "{}" in self.what else self.what
 
 
 LOSSES: tuple[Loss, ...] = (
-    Loss("partitions", "directories", 17, ("directories",),
-         lambda col: F.exists(F.coalesce(col("directories"), F.array()), lambda d: d != MIGRATING_DIR),
-         _text("the directory assignment state of one or more replicas")),
-    Loss("partitions", "eligible_leader_replicas", 23, ("eligible_leader_replicas",),
-         lambda col: _nonempty(col("eligible_leader_replicas")), _text("the eligible leader replicas")),
-    Loss("partitions", "last_known_elr", 23, ("last_known_elr",),
-         lambda col: _nonempty(col("last_known_elr")), _text("the eligible leader replicas")),
-    Loss("brokers", "in_controlled_shutdown", 7, ("in_controlled_shutdown",),
-         lambda col: F.coalesce(col("in_controlled_shutdown"), F.lit(False)),
-         _text("the inControlledShutdown state of one or more brokers")),
-    Loss("brokers", "is_migrating_zk_broker", 8, ("is_migrating_zk_broker",),
-         lambda col: F.coalesce(col("is_migrating_zk_broker"), F.lit(False)),
-         _text("the isMigratingZkBroker state of one or more brokers")),
-    Loss("brokers", "log_dirs", 17, ("log_dirs",), lambda col: _nonempty(col("log_dirs")),
-         _text("the online log directories of one or more brokers")),
-    Loss("controllers", None, 15, (), lambda col: F.lit(True), _text("controller registration data")),
-    Loss("scram_credentials", None, 11, (), lambda col: F.lit(True), _text("SCRAM credentials")),
-    Loss("delegation_tokens", None, 14, (), lambda col: F.lit(True), _text("delegation tokens")),
-    Loss("zk_migration_state", None, 8, ("zk_migration_state_name",),
-         lambda col: col("zk_migration_state_name") != "NONE",
-         lambda col: F.concat(F.lit("the ZK Migration state which was "), col("zk_migration_state_name"))),
-    Loss("features", None, 4, ("name",), lambda col: col("name") != METADATA_VERSION, _text("feature flag(s)")),
+    Loss("partitions", "directories", 17, "any_ne", "directories", MIGRATING_DIR,
+         "the directory assignment state of one or more replicas"),
+    Loss("partitions", "eligible_leader_replicas", 23, "nonempty", "eligible_leader_replicas",
+         what="the eligible leader replicas"),
+    Loss("partitions", "last_known_elr", 23, "nonempty", "last_known_elr", what="the eligible leader replicas"),
+    Loss("brokers", "in_controlled_shutdown", 7, "true", "in_controlled_shutdown",
+         what="the inControlledShutdown state of one or more brokers"),
+    Loss("brokers", "is_migrating_zk_broker", 8, "true", "is_migrating_zk_broker",
+         what="the isMigratingZkBroker state of one or more brokers"),
+    Loss("brokers", "log_dirs", 17, "nonempty", "log_dirs", what="the online log directories of one or more brokers"),
+    Loss("controllers", None, 15, "always", what="controller registration data"),
+    Loss("scram_credentials", None, 11, "always", what="SCRAM credentials"),
+    Loss("delegation_tokens", None, 14, "always", what="delegation tokens"),
+    Loss("zk_migration_state", None, 8, "ne", "zk_migration_state_name", "NONE", "the ZK Migration state which was {}"),
+    Loss("features", None, 4, "ne", "name", METADATA_VERSION, "feature flag(s)"),
 )
 
 #: the versioned tables that can lose something, in the order losses are listed
@@ -113,7 +160,7 @@ def dropped_at(domain: str, level: Column, col: Col = F.col) -> Column:
     """Seed 001 / facts §6.3: what an entity of ``domain`` loses when written at ``level``, as
     :data:`DROPPED_TYPE` in rule order (empty: nothing; every domain without rules: empty)."""
     items = [F.when((level < x.below) & x.holds(col),
-                    F.struct(F.lit(x.field).cast("string").alias("field"), x.what(col).alias("what")))
+                    F.struct(F.lit(x.field).cast("string").alias("field"), x.what_of(col).alias("what")))
              for x in LOSSES if x.domain == domain]
     if not items:
         return F.array().cast(DROPPED_TYPE)

@@ -3,10 +3,11 @@
 
 Each SPEC is ``feature=level[:UPGRADE|SAFE_DOWNGRADE|UNSAFE_DOWNGRADE]`` (metadata.version also takes a
 version such as ``3.8-IV0``; the type defaults to UPGRADE, or SAFE_DOWNGRADE below the current level).
-All SPECs form one UpdateFeatures request, validated exactly as ``feature_update_outcomes`` validates a
-logged request (:func:`kraft_replay.outcomes.features.outcomes_at`: facts §7, seeds 004 and 001) against
-the image as of the offset (default: the log end). It prints today's verdict and KIP-1155's, the error
-Kafka would return, the nodes that block it and the loss report of a metadata.version downgrade.
+All SPECs form one UpdateFeatures request, validated by the rules ``feature_update_outcomes`` applies to a
+logged request (facts §7, seeds 004 and 001) against the image as of the offset (default: the log end),
+on the driver without Spark (:mod:`kraft_replay.outcomes.feature_check`). It prints today's verdict and
+KIP-1155's, the error Kafka would return, the nodes that block it and the loss report of a
+metadata.version downgrade.
 Exit 0 when the chosen rule (``--rule``, default ``kafka``) accepts, 1 when it refuses, 2 for a malformed
 SPEC, an unknown cluster or a lake without replay.
 """
@@ -14,9 +15,11 @@ SPEC, an unknown cluster or a lake without replay.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 EPILOG = """examples:
@@ -92,113 +95,76 @@ def parse_spec(text: str) -> tuple[str, int, str | None]:
     return name, level, utype.upper() if utype else None
 
 
-def _as_of(lake, cluster_id: str, text: str | None) -> int:  # noqa: ANN001 - a Lake
-    from kraft_replay.replay.images import resolve_offset
-
-    if text is None:
-        return resolve_offset(lake, cluster_id)
-    if re.fullmatch(r"-?\d+", text.strip()):
-        return resolve_offset(lake, cluster_id, offset=int(text))
-    from kraft_replay.serve.cmd_image import parse_time
-
-    return resolve_offset(lake, cluster_id, time=parse_time(text))
-
-
-def _image_slices(spark, lake, cluster_id: str, offset: int) -> tuple[dict, dict]:  # noqa: ANN001
-    """What the check reads, as ``(Arrow tables, small DataFrames of them)``: the versions in force at
-    ``offset`` of ``features``, ``brokers``, ``controllers`` and the lossy check's domains (of
-    ``partitions`` only the columns the check reads), and the quorum's LEADER_CHANGE / KRAFT_VOTERS
-    control records up to ``offset`` — each read on the driver (:meth:`Lake.read_arrow`: the cluster's
-    files, row groups pruned by their offset statistics), so a check costs a few small Spark jobs however
-    long the log. The validation itself is the gold tables' (``outcomes_at``)."""
+def _as_of(reader, cluster_id: str, text: str | None) -> int:  # noqa: ANN001 - a LakeReader
+    """The offset of ``--as-of`` (an offset or an ISO-8601 time; default the log end), by the rules of
+    ``kraft-replay image`` (:func:`kraft_replay.replay.images.pick_offset`), read without Spark."""
+    import pyarrow as pa
     import pyarrow.compute as pc
-    from pyspark.sql import types as T
 
-    from kraft_replay.replay.losses import LOSS_DOMAINS, LOSS_KEYS, loss_columns
+    from kraft_replay.replay.images import pick_offset
 
     where = [("cluster_id", "=", cluster_id)]
-    live = (pc.field("valid_from_offset") <= offset) & (
-        pc.field("valid_to_offset").is_null() | (pc.field("valid_to_offset") > offset))
-    quorum = ((pc.field("source_kind") == "log") & pc.field("control_type").isin(["LEADER_CHANGE", "KRAFT_VOTERS"])
-              & (pc.field("offset") <= offset))
-    narrow = {"partitions": ["cluster_id", *LOSS_KEYS["partitions"], *loss_columns("partitions"), "valid_from_offset",
-                             "valid_to_offset", "deleted"]}
-    arrow, frames = {}, {}
-    for t in (*dict.fromkeys(("features", "brokers", "controllers", *LOSS_DOMAINS)), "metadata_control"):
-        if not lake.exists(t):
-            continue
-        cols = narrow.get(t)
-        schema = lake.schema(t)
-        if cols is not None:
-            schema = T.StructType([schema[c] for c in cols])
-        arrow[t] = lake.read_arrow(t, columns=cols, partitions=where, filter=quorum if t == "metadata_control" else live)
-        # an empty Arrow table has no chunks, which Spark's Arrow path cannot take
-        frames[t] = spark.createDataFrame(arrow[t] if arrow[t].num_rows else [], schema=schema)
-    return arrow, frames
+    commit = reader.scan("log_commit", partitions=where)
+    if commit is None or reader.version("log_batches") is None:
+        raise _err(f"lake {reader.root}: tables log_commit and log_batches are missing: run `kraft-replay replay "
+                   f"--lake {reader.root}` first")
+
+    def last_batch_at(at):  # noqa: ANN001, ANN202
+        # the time condition is applied in memory: as a dataset filter on delta-rs' pyarrow dataset it
+        # keeps no row of a Spark-written table
+        t = reader.scan("log_batches", columns=["append_time", "batch_last_offset"], partitions=where)
+        t = t.filter(pc.less_equal(t.column("append_time"), pa.scalar(at, type=t.schema.field("append_time").type)))
+        return pc.max(t.column("batch_last_offset")).as_py() if t.num_rows else None
+    rows = commit.to_pylist()
+    offset = time = None
+    if text is not None and re.fullmatch(r"-?\d+", text.strip()):
+        offset = int(text)
+    elif text is not None:
+        try:
+            time = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise _err(f"--as-of {text!r} is neither an offset nor an ISO-8601 time (e.g. 2024-05-01T10:00:00Z)") from None
+    return pick_offset(reader.root, cluster_id, rows[0] if rows else None, last_batch_at, offset, time)
 
 
-def check(spark, lake, cluster_id: str, specs: list[tuple[str, int, str | None]], offset: int,  # noqa: ANN001
+def check(reader, cluster_id: str, specs: list[tuple[str, int, str | None]], offset: int,  # noqa: ANN001 - a LakeReader
           policy=None) -> dict[str, Any]:  # noqa: ANN001
     """The what-if verdict of one request of ``specs`` on the image of ``cluster_id`` as of ``offset``:
-    a JSON-ready dict (per-update rows of ``feature_update_outcomes``, the blocking nodes, the loss report)."""
-    import datetime as dt
-
-    from pyspark.sql import types as T
-
-    from kraft_replay.outcomes.features import outcomes_at
+    a JSON-ready dict (the per-update verdicts of ``feature_update_outcomes``, the blocking nodes, the loss
+    report), computed on the driver by :mod:`kraft_replay.outcomes.feature_check` (no Spark job)."""
+    from kraft_replay.outcomes.feature_check import Update, check_request, read_image
     from kraft_replay.replay.features import METADATA_VERSION, MV_NAMES
-    from kraft_replay.replay.losses import LOSS_DOMAINS
 
-    arrow, tables = _image_slices(spark, lake, cluster_id, offset)
-    live = lambda t: [r for r in arrow[t].to_pylist() if not r["deleted"]]  # noqa: E731 - in force at the offset
-    levels = {r["name"]: int(r["feature_level"]) for r in live("features")}
-    mv = levels.get(METADATA_VERSION, 1)
-    rows = []
-    for i, (name, level, utype) in enumerate(specs):
-        cur = mv if name == METADATA_VERSION else levels.get(name, 0)
-        utype = utype or ("SAFE_DOWNGRADE" if level < cur else "UPGRADE")
-        rows.append((cluster_id, 0, None, "what-if", 1, name, level, utype, _TYPES[utype], True, i, offset))
-    schema = T.StructType([
-        T.StructField("cluster_id", T.StringType()), T.StructField("request_id", T.LongType()),
-        T.StructField("request_time", T.TimestampType()), T.StructField("client_id", T.StringType()),
-        T.StructField("request_version", T.IntegerType()), T.StructField("feature", T.StringType()),
-        T.StructField("max_version_level", T.IntegerType()), T.StructField("upgrade_type", T.StringType()),
-        T.StructField("upgrade_type_code", T.IntegerType()), T.StructField("validate_only", T.BooleanType()),
-        T.StructField("_rid", T.LongType()), T.StructField("as_of_offset", T.LongType())])
-    req = spark.createDataFrame(rows, schema)
-    domains = {d: tables[d] for d in LOSS_DOMAINS if d in tables}
-    out, lost = outcomes_at(req, tables["features"], tables["brokers"], tables["controllers"], tables.get("metadata_control"),
-                            domains, None, policy)
-    got = sorted((r.asDict(recursive=True) for r in out.collect()), key=lambda r: r["_rid"])
-    losses = [r.asDict() for r in lost.orderBy("_dorder", "entity", "field").collect()]
-    # the nodes that block each update (every one, not just the first the controller names): §7.3
-    nodes = []
-    for table, idc, kind in (("brokers", "broker_id", "broker"), ("controllers", "controller_id", "controller")):
-        for r in live(table):
-            nodes.append((kind, int(r[idc]), {f["name"]: (int(f["min_supported_version"]), int(f["max_supported_version"]))
-                                              for f in (r["features"] or [])}))
+    img = read_image(reader, cluster_id, offset)
     updates = []
+    for name, level, utype in specs:
+        cur = img.mv if name == METADATA_VERSION else img.finalized.get(name, 0)
+        utype = utype or ("SAFE_DOWNGRADE" if level < cur else "UPGRADE")
+        updates.append(Update(name, level, _TYPES[utype]))
+    got, lost = check_request(img, updates, policy)
+    # the nodes that block each update (every one, not just the first the controller names): §7.3
+    nodes = [("broker", n) for n in img.brokers] + [("controller", n) for n in img.controllers]
+    out = []
     for r in got:
         blocking = []
-        for kind, nid, rng in sorted(nodes):
-            lo, hi = rng.get(r["feature"], (0, 0))
+        for kind, n in nodes:
+            lo, hi = n.range_of(r["feature"])
             if not lo <= r["max_version_level"] <= hi:
-                blocking.append({"node_type": kind, "node_id": nid, "min_supported": lo, "max_supported": hi})
-        updates.append({k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in r.items()
-                        if k not in ("_rid", "request_time", "request_id", "client_id", "request_version",
-                                     "validate_only", "truth_accepted", "truth_error_code", "truth_error_message",
-                                     "matches_truth", "cluster_id")} | {"blocking_nodes": blocking})
+                blocking.append({"node_type": kind, "node_id": n.node_id, "min_supported": lo, "max_supported": hi})
+        out.append({k: v for k, v in r.items() if k != "validate_only"} | {"blocking_nodes": blocking})
     first = got[0]
     kip = [u for u in got if u["kip1155_outcome"] is not None]
     # KIP-1155 changes metadata.version downgrades only; its verdict is already request-wide per row
     kip_verdict = ({"outcome": kip[0]["kip1155_outcome"], "error_message": kip[0]["kip1155_error_message"]}
                    if kip else None)
     return {
-        "cluster_id": cluster_id, "as_of_offset": offset, "metadata_version_level": mv,
-        "metadata_version": MV_NAMES.get(mv), "finalized": {k: v for k, v in sorted(levels.items()) if k != METADATA_VERSION},
+        "cluster_id": cluster_id, "as_of_offset": offset, "metadata_version_level": img.mv,
+        "metadata_version": MV_NAMES.get(img.mv), "finalized": dict(sorted(img.finalized.items())),
         "kafka": {"outcome": "ACCEPTED" if first["error_code"] == 0 else "REJECTED", "error_code": first["error_code"],
                   "error_message": first["error_message"]},
-        "kip1155": kip_verdict, "updates": updates, "losses": losses,
+        "kip1155": kip_verdict, "updates": out,
+        "losses": [{"domain": x["domain"], "entity": x["entity"], "field": x["field"], "what": x["what"],
+                    "target_level": x["target_level"]} for x in lost],
     }
 
 
@@ -247,14 +213,21 @@ def run(args: argparse.Namespace) -> int:
         policy = load_features_policy(args.policy)
     except (OSError, ValueError) as exc:
         raise _err(f"--policy: {exc}") from None
-    from kraft_replay.serve.common import open_lake
+    from kraft_replay.config import load_profile
+    from kraft_replay.lake.reader import LakeReader
 
-    spark, lake = open_lake(args)
+    profile = load_profile(args.profile)
+    root = args.lake or profile.lake.root
+    if not root:
+        raise _err(f"no lake root: pass --lake DIR (profile {profile.name!r} sets none)")
+    if "://" not in root and not Path(root).is_dir():
+        raise _err(f"no lake at {root}: pass --lake DIR (a lake `kraft-replay replay` wrote)")
+    reader = LakeReader(root)
     for t in ("features", "brokers", "controllers"):
-        if not lake.exists(t):
-            raise _err(f"lake {lake.root}: table {t} is missing: run `kraft-replay replay --lake {lake.root}` first")
-    offset = _as_of(lake, args.cluster_id, args.as_of)
-    res = check(spark, lake, args.cluster_id, specs, offset, policy)
+        if reader.version(t) is None:
+            raise _err(f"lake {root}: table {t} is missing: run `kraft-replay replay --lake {root}` first")
+    offset = _as_of(reader, args.cluster_id, args.as_of)
+    res = check(reader, args.cluster_id, specs, offset, policy)
     if args.json:
         print(json.dumps(res, indent=2, default=str))
     else:
