@@ -22,6 +22,9 @@ class UserError(Exception):
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
+    """The error classes printed as one line. Only modules already loaded are looked at (an error can
+    only come from a module that ran), so a command imports nothing it does not use: evaluated when an
+    error reaches :func:`main`."""
     types: list[type[BaseException]] = [UserError]
     for mod, name in (
         ("kraft_replay.lake.errors", "LakeError"),
@@ -33,10 +36,9 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
         ("kraft_replay.replay.images", "ImageError"),
         ("kraft_replay.serve.cli", "UserError"),  # the importable module's class when run as `python -m`
     ):
-        try:
-            types.append(getattr(importlib.import_module(mod), name))
-        except (ImportError, AttributeError):
-            continue
+        cls = getattr(sys.modules.get(mod), name, None)
+        if cls is not None:
+            types.append(cls)
     return tuple(types)
 
 
@@ -111,10 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    errors = _user_error_types()
     try:
         return int(args.func(args) or 0)
-    except errors as exc:
+    except _user_error_types() as exc:
         print(f"kraft-replay {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
