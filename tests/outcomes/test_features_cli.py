@@ -57,3 +57,17 @@ def test_accepted_refused_and_the_loss_report(spark, replayed_tiny, capsys) -> N
 def test_bad_input_is_one_line_exit_2(spark, replayed_tiny, capsys, args, message) -> None:
     code, _, err = _check(replayed_tiny, capsys, *args)
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_output_into_a_reader_that_stopped_ends_quietly(replayed_tiny) -> None:
+    """``features check ... | head -1``: the reader is gone before the report is printed: exit 141 (as
+    SIGPIPE would end it), no traceback."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "test", "features", "check",
+                          "--lake", replayed_tiny.root, "--cluster-id", C, "group.version=1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # long before the child has anything to print
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err, err

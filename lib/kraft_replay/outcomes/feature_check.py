@@ -8,17 +8,18 @@ cluster, row groups by their offset statistics); :func:`check_request` applies t
 in the controller's order to them. The rules are those of the gold ``feature_update_outcomes``
 (:func:`kraft_replay.outcomes.features.check_updates` and ``downgrade_losses``), with the same
 constants, messages and loss rules (:data:`kraft_replay.replay.losses.LOSSES`, evaluated on Arrow
-columns); tests/outcomes/test_feature_check.py holds the two equal, request by request, on a grid of
-requests at every offset where the tiny cluster's image changed. Why a second evaluator: one request
-through Spark costs seconds of planning and a JVM start, and an operator runs this check at a prompt
-before ``kafka-features.sh downgrade`` (docs/design.md "The what-if checker").
+columns); tests/outcomes/test_feature_check.py holds the two equal, request by request, on a grid
+of requests at the offsets where images change, on a hand-built cluster and on the replayed tiny
+cluster. Why a second evaluator: one request through Spark costs seconds of planning and a JVM start,
+and an operator runs this check at a prompt before ``kafka-features.sh downgrade`` (docs/design.md,
+"The what-if checker runs without Spark").
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -26,8 +27,8 @@ import pyarrow.compute as pc
 
 from kraft_replay.lake.reader import LakeReader
 from kraft_replay.outcomes.features import (
-    _PREFIX, CONTROLLER_REGISTRATION_MV, DEFINED_LEVELS, KIP1155_FLOOR, KRAFT_V1_MV, METADATA_CHANGED_LEVELS,
-    MIN_FEATURE_MV, UPGRADE_TYPES, FeaturesPolicy,
+    CONTROLLER_REGISTRATION_MV, DEFINED_LEVELS, KIP1155_FLOOR, KRAFT_V1_MV, METADATA_CHANGED_LEVELS,
+    MIN_FEATURE_MV, UPDATE_ERROR_PREFIX, UPGRADE_TYPES, FeaturesPolicy,
 )
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES
 from kraft_replay.replay.losses import LOSS_DOMAINS, LOSS_KEYS, LOSSES, loss_columns
@@ -213,10 +214,19 @@ def _first(checks: list[tuple[bool, str, Any]]) -> tuple[str, str] | None:
     return None
 
 
+class _Verdict(NamedTuple):
+    update: Update
+    current: int
+    today: tuple[str, str] | None    # today's first failure: (check, message)
+    kip: tuple[str, str] | None      # KIP-1155's (metadata.version downgrades only)
+    is_down: bool                    # a metadata.version downgrade of an image in the log
+    skipped: list[str]
+    loss_count: int | None
+
+
 def _validate(img: Image, u: Update, proposed_mv: int, loss_count: int | None, first_loss: str | None,
-              policy: FeaturesPolicy) -> tuple[int, tuple[str, str] | None, tuple[str, str] | None, bool, list[str]]:
-    """One update: ``(current level, today's first failure, KIP-1155's first failure, is a
-    metadata.version downgrade, skipped checks)`` — facts §7.1–§7.3 and seed 001 in the controller's order."""
+              policy: FeaturesPolicy) -> _Verdict:
+    """One update, facts §7.1–§7.3 and seed 001 in the controller's order."""
     feat, lvl, code = u.feature, u.level, u.upgrade_type_code
     is_mv = feat == METADATA_VERSION
     cur = img.mv if is_mv else img.finalized.get(feat, 0)
@@ -305,7 +315,7 @@ def _validate(img: Image, u: Update, proposed_mv: int, loss_count: int | None, f
         skipped = ["no active controller"]
     elif reached and leader_reg is None:
         skipped = [f"local controller {img.leader} not registered"]
-    return cur, today, kip, is_down, skipped
+    return _Verdict(u, cur, today, kip, is_down, skipped, loss_count)
 
 
 def check_request(image: Image, updates: list[Update], policy: FeaturesPolicy | None = None
@@ -318,39 +328,38 @@ def check_request(image: Image, updates: list[Update], policy: FeaturesPolicy | 
     policy = policy or FeaturesPolicy()
     mv_levels = [u.level for u in updates if u.feature == METADATA_VERSION]
     proposed_mv = max(mv_levels) if mv_levels else image.mv
-    rows, losses = [], []
+    verdicts, losses = [], []
     for u in updates:
         down = u.feature == METADATA_VERSION and image.offset >= 0 and u.level < image.mv
         lost = [x | {"target_level": u.level} for x in image_losses(image, u.level)] if down else []
         first = " ".join(x for x in (lost[0]["domain"], lost[0]["entity"], lost[0]["field"]) if x) if lost else None
-        cur, today, kip, is_down, skipped = _validate(image, u, proposed_mv, len(lost) if down else None, first, policy)
-        rows.append((u, cur, today, kip, is_down, skipped, len(lost) if down else None))
+        verdicts.append(_validate(image, u, proposed_mv, len(lost) if down else None, first, policy))
         losses += lost
-    order = sorted(rows, key=lambda r: (r[0].feature == METADATA_VERSION, r[0].feature))
-    req_msg = next((r[2][1] for r in order if r[2] is not None), None)
-    kip_msg = next((m for m in ((r[3] if r[4] else r[2]) for r in order) if m is not None), None)
-    kip_msg = kip_msg[1] if kip_msg else None
-    before = image.offset < 0
+    order = sorted(verdicts, key=lambda v: (v.update.feature == METADATA_VERSION, v.update.feature))
+    req_msg = next((v.today[1] for v in order if v.today is not None), None)
+    kip_fail = next((f for f in ((v.kip if v.is_down else v.today) for v in order) if f is not None), None)
+    kip_msg = kip_fail[1] if kip_fail else None
+    live = image.offset >= 0  # an offset before the log: BEFORE_LOG, nothing judged
     out = []
-    for u, cur, today, kip, is_down, skipped, n in rows:
-        live = not before
+    for v in verdicts:
+        u, today = v.update, v.today
         out.append({
             "feature": u.feature, "max_version_level": u.level, "upgrade_type": UPGRADE_TYPES.get(u.upgrade_type_code),
             "upgrade_type_code": u.upgrade_type_code, "validate_only": u.validate_only, "as_of_offset": image.offset,
-            "metadata_version_level": image.mv if live else None, "current_level": cur if live else None,
+            "metadata_version_level": image.mv if live else None, "current_level": v.current if live else None,
             "active_controller": image.leader if live else None,
             "failed_check": today[0] if live and today else None,
             "feature_error_message": today[1] if live and today else None,
-            "skipped_checks": skipped if live else None,
+            "skipped_checks": v.skipped if live else None,
             "error_code": (95 if req_msg is not None else 0) if live else None,
-            "error_message": _PREFIX + req_msg if live and req_msg is not None else None,
-            "outcome": "BEFORE_LOG" if before else "REJECTED" if req_msg is not None else
+            "error_message": UPDATE_ERROR_PREFIX + req_msg if live and req_msg is not None else None,
+            "outcome": "BEFORE_LOG" if not live else "REJECTED" if req_msg is not None else
             "VALIDATED" if u.validate_only else "ACCEPTED",
             "rule_followed": "kafka",
-            "kip1155_outcome": None if not is_down else "REJECTED" if kip_msg is not None else
-            "ACCEPTED_WITH_LOSS" if (n or 0) > 0 else "ACCEPTED",
-            "kip1155_failed_check": kip[0] if is_down and kip else None,
-            "kip1155_error_message": _PREFIX + kip_msg if is_down and kip_msg is not None else None,
-            "loss_count": n if live else None,
+            "kip1155_outcome": None if not v.is_down else "REJECTED" if kip_msg is not None else
+            "ACCEPTED_WITH_LOSS" if (v.loss_count or 0) > 0 else "ACCEPTED",
+            "kip1155_failed_check": v.kip[0] if v.is_down and v.kip else None,
+            "kip1155_error_message": UPDATE_ERROR_PREFIX + kip_msg if v.is_down and kip_msg is not None else None,
+            "loss_count": v.loss_count if live else None,
         })
     return out, losses

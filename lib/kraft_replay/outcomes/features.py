@@ -44,7 +44,7 @@ __all__ = [
     "FeaturesPolicy", "load_features_policy", "feature_transitions", "feature_protection_violations",
     "feature_update_outcomes", "check_updates", "downgrade_losses", "image_context", "METADATA_CHANGED_LEVELS",
     "DEFINED_LEVELS", "FEATURE_TRANSITIONS_COLUMNS", "FEATURE_PROTECTION_COLUMNS", "FEATURE_UPDATE_COLUMNS",
-    "DOWNGRADE_LOSSES_COLUMNS", "UPGRADE_TYPES", "LOSS_DOMAINS", "outcomes_at",
+    "DOWNGRADE_LOSSES_COLUMNS", "UPGRADE_TYPES", "UPDATE_ERROR_PREFIX", "LOSS_DOMAINS", "outcomes_at",
 ]
 
 #: facts §6.1 / §6.1b: metadata.version levels whose didMetadataChange is true
@@ -60,7 +60,8 @@ CONTROLLER_REGISTRATION_MV = 15  # §6.2: 3.7-IV0
 KIP1155_FLOOR = 15          # seed 001: no downgrade below 3.7-IV0
 UPGRADE_TYPES = {1: "UPGRADE", 2: "SAFE_DOWNGRADE", 3: "UNSAFE_DOWNGRADE"}
 _FEATURES_TYPE = "array<struct<name:string,min_supported_version:smallint,max_supported_version:smallint>>"
-_PREFIX = "The update failed for all features since the following feature had an error: "
+#: facts §7.1: how an UpdateFeatures error message begins (the request fails as a whole)
+UPDATE_ERROR_PREFIX = "The update failed for all features since the following feature had an error: "
 
 FEATURE_TRANSITIONS_COLUMNS = [
     "cluster_id", "feature", "offset", "record_offset", "snapshot_end_offset", "time", "from_level", "to_level",
@@ -487,12 +488,13 @@ def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPoli
         F.when(~before, F.col("_today.message")).alias("feature_error_message"),
         F.when(~before, skipped).alias("skipped_checks"),
         F.when(~before, F.when(F.col("_req_msg").isNotNull(), F.lit(95)).otherwise(F.lit(0))).alias("error_code"),
-        F.when(~before & F.col("_req_msg").isNotNull(), F.concat(F.lit(_PREFIX), F.col("_req_msg"))).alias("error_message"),
+        F.when(~before & F.col("_req_msg").isNotNull(), F.concat(F.lit(UPDATE_ERROR_PREFIX), F.col("_req_msg")))
+        .alias("error_message"),
         F.when(before, "BEFORE_LOG").when(F.col("_req_msg").isNotNull(), "REJECTED")
         .when(F.coalesce(F.col("validate_only"), F.lit(False)), "VALIDATED").otherwise("ACCEPTED").alias("outcome"),
         F.lit("kafka").alias("rule_followed"),
         kip_out.alias("kip1155_outcome"), F.when(is_down, F.col("_kip.check")).alias("kip1155_failed_check"),
-        F.when(is_down & F.col("_kip_req_msg").isNotNull(), F.concat(F.lit(_PREFIX), F.col("_kip_req_msg")))
+        F.when(is_down & F.col("_kip_req_msg").isNotNull(), F.concat(F.lit(UPDATE_ERROR_PREFIX), F.col("_kip_req_msg")))
         .alias("kip1155_error_message"),
         F.when(~before, F.col("loss_count")).alias("loss_count"))
 

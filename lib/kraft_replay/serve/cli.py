@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Subcommand modules, in the order `--help` lists them. Missing modules are skipped so the
@@ -121,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kraft-replay {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the output's reader stopped (`| head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

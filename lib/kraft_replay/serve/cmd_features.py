@@ -123,7 +123,8 @@ def _as_of(reader, cluster_id: str, text: str | None) -> int:  # noqa: ANN001 - 
         try:
             time = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
-            raise _err(f"--as-of {text!r} is neither an offset nor an ISO-8601 time (e.g. 2024-05-01T10:00:00Z)") from None
+            raise _err(f"--as-of {text!r} is neither an offset nor an ISO-8601 time "
+                       "(e.g. 2024-05-01T10:00:00Z)") from None
     return pick_offset(reader.root, cluster_id, rows[0] if rows else None, last_batch_at, offset, time)
 
 
