@@ -19,7 +19,6 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import functions as F
 
 from kraft_replay.generate.requests import FEATURE_UPDATE_REQUESTS_SCHEMA
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA

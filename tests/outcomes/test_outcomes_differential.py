@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import functions as F
 
 from kraft_replay.outcomes.consistency import STALE_DOMAINS, RetryPolicy, consistency_outcomes, consistency_summary
 from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kraft_replay.codec.compression import DEFAULT_LIMIT, Compression, DecompressionError, compress, decompress
 from kraft_replay.codec.crc import CRC_START, crc32c

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from kraft_replay.replay.records import API, ZERO_UUID
 from kraft_replay.replay.versioning import (
-    MAIN, ORDER, STREAM, anomaly, annotate, current, spark_type, union_all, versions,
+    MAIN, ORDER, STREAM, anomaly, annotate, current, spark_type, versions,
 )
 from kraft_replay.replay.schemas import SILVER_TABLES
 
