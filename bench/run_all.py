@@ -27,6 +27,8 @@ FULL = [
     ("replay, medium (10M), vs the oracle", ["replay.py", "--scenario", "medium"]),
     ("replay, large (100M)", ["replay.py", "--scenario", "large", "--no-oracle"]),
     ("live freshness: ingest --follow + replay --mode stream, 5 min", ["streaming.py", "--minutes", "5"]),
+    ("stream catch-up on medium (10M) vs the batch replay", ["stream_catchup.py", "--scenario", "medium"]),
+    ("stream kill soak, 50 SIGKILLs", ["stream_soak.py", "--kills", "50"]),
     ("outcomes (seeds 000, 003), medium log, vs the sequential references", ["outcomes.py", "--scenario", "medium"]),
     ("outcomes, 10M + 10M requests over the medium log", ["outcomes.py", "--scenario", "medium", "--requests", "10000000",
                                                           "--no-oracle"]),
@@ -39,6 +41,8 @@ QUICK = [
     ("fuzz campaign, 20k hostile inputs", ["fuzz.py", "--quick"]),
     ("replay, tiny scenario, vs the oracle", ["replay.py", "--scenario", "tiny"]),
     ("live freshness, 1 min", ["streaming.py", "--minutes", "1"]),
+    ("stream catch-up, tiny scenario, vs the batch replay", ["stream_catchup.py", "--scenario", "tiny"]),
+    ("stream kill soak, 3 SIGKILLs", ["stream_soak.py", "--kills", "3"]),
     ("outcomes, tiny scenario, vs the sequential references", ["outcomes.py", "--scenario", "tiny"]),
 ]
 

@@ -91,13 +91,14 @@ def _gold(spark, cluster_id, offsets, requests, frames, policy):
     return got, losses
 
 
-def _assert_equal(image_of, spark, cluster_id, offsets, frames) -> list[tuple[dict, list[dict]]]:
-    """The driver engine on ``image_of(offset)`` equals the gold validation: the full grid under the
-    default policy, its metadata.version requests (the only ones the policy changes) under a
-    downgrade-capable level; returns every (verdicts, losses) compared."""
+def _assert_equal(image_of, spark, cluster_id, offsets, frames, grid=None, policies=POLICIES
+                  ) -> list[tuple[dict, list[dict]]]:
+    """The driver engine on ``image_of(offset)`` equals the gold validation: ``grid`` (default: the full
+    one) under the default policy, its metadata.version requests (the only ones the policy changes) under
+    a downgrade-capable level; returns every (verdicts, losses) compared."""
     seen = []
-    for policy in POLICIES:
-        requests = _requests()
+    for policy in policies:
+        requests = grid or _requests()
         if policy.downgrade_capable_level is not None:
             requests = [r for r in requests if any(u.feature == MV for u in r)]
         gold, gold_losses = _gold(spark, cluster_id, offsets, requests, frames, policy)
@@ -223,8 +224,8 @@ def hand_built(spark):
 
 def test_equals_the_gold_validation_on_a_hand_built_cluster(spark, hand_built) -> None:
     arrow, frames = hand_built
-    offsets = [-1, 0, 1, 2, 3, 5, 10, 12, 14, 16, 20, 21, 22, 25, 30, 40, 41, 42, 43, 44, 45, 46, 47, 48, 50, 55, 56,
-               58, 59, 60, 62, 65, 66, 70, 80]
+    # every offset where the image changes in a way some check or loss rule sees
+    offsets = [-1, 0, 1, 2, 3, 5, 10, 16, 20, 21, 22, 40, 42, 44, 45, 46, 47, 48, 50, 55, 56, 58, 59, 60, 62, 65, 70]
     seen = _assert_equal(lambda o: image_at(C, o, arrow), spark, C, offsets, frames)
     assert sum(len(got) for got, _ in seen) > 5_000
     # the grid reaches every verdict the rules give, and every loss rule
@@ -260,8 +261,14 @@ def test_equals_the_gold_validation_on_the_tiny_lake(spark, replayed_tiny) -> No
         rest = sorted(set(offsets) - mv)
         offsets = sorted(mv | set(rest[:: max(1, len(rest) // 10)]) | {last})
     reader = LakeReader(lake.root)
-    seen = _assert_equal(lambda o: read_image(reader, cid, o), spark, cid, offsets, frames)
-    assert sum(len(got) for got, _ in seen) > 1_500 and len(offsets) >= 10
+    # the rules (and the policy) are the hand-built cluster's test; here the lake path: a third of the
+    # grid and every multi-update request, under the default policy
+    grid = _requests()
+    grid = grid[::3] + [r for r in grid[1::3] + grid[2::3] if len(r) > 1]
+    seen = _assert_equal(lambda o: read_image(reader, cid, o), spark, cid, offsets, frames, grid, POLICIES[:1])
+    assert sum(len(got) for got, _ in seen) > 500 and len(offsets) >= 10
+    assert {g["outcome"] for got, _ in seen for g in got} >= {"REJECTED", "VALIDATED"}
+    assert any(lost for _, lost in seen)
 
 
 def test_loss_rules_evaluate_alike_on_spark_and_arrow(spark) -> None:
