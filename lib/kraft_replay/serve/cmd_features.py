@@ -15,7 +15,6 @@ SPEC, an unknown cluster or a lake without replay.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import re
 import sys
@@ -120,9 +119,12 @@ def _as_of(reader, cluster_id: str, text: str | None) -> int:  # noqa: ANN001 - 
     if text is not None and re.fullmatch(r"-?\d+", text.strip()):
         offset = int(text)
     elif text is not None:
+        from kraft_replay.serve.cli import UserError
+        from kraft_replay.serve.cmd_image import parse_time
+
         try:
-            time = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
+            time = parse_time(text)
+        except UserError:
             raise _err(f"--as-of {text!r} is neither an offset nor an ISO-8601 time "
                        "(e.g. 2024-05-01T10:00:00Z)") from None
     return pick_offset(reader.root, cluster_id, rows[0] if rows else None, last_batch_at, offset, time)
