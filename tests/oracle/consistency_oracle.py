@@ -168,17 +168,21 @@ def _leader_affecting(vis: list[dict], cols: tuple) -> list[tuple[int, tuple]]:
 
 def consistency_outcomes(requests: list[dict], broker_applied: list[dict], brokers: list[dict],
                          log_batches: list[dict], domains: dict[str, list[dict]], max_attempts: int = 3,
-                         retry_backoff_ms: int = 100, retry_target: str = "next") -> list[dict]:
+                         retry_backoff_ms: int = 100, retry_target: str = "next",
+                         clusters: dict | None = None) -> list[dict]:
     """One row per attempt of every ``metadata_requests`` row under each policy (``none``, ``fail``,
-    ``wait``), columns :data:`COLUMNS`, sorted by cluster, request, policy, attempt."""
+    ``wait``), columns :data:`COLUMNS`, sorted by cluster, request, policy, attempt. ``clusters``: a
+    cache of each cluster's lookups, filled on first use, for a caller that plays the requests in
+    slices of whole scopes (a scope's rows depend on its own answers only) and builds them once."""
     assert retry_target in ("same", "next")
     backoff = timedelta(milliseconds=retry_backoff_ms)
     out: list[dict] = []
     by_cluster: dict[str, list[dict]] = {}
     for r in requests:
         by_cluster.setdefault(r["cluster_id"], []).append(r)
+    cache = {} if clusters is None else clusters
     for cid, reqs in by_cluster.items():
-        cl = _Cluster(cid, broker_applied, brokers, log_batches, domains)
+        cl = cache.get(cid) or cache.setdefault(cid, _Cluster(cid, broker_applied, brokers, log_batches, domains))
         for policy in POLICIES:
             rows = _play(cl, reqs, policy, max_attempts, backoff, retry_target)
             last = {}

@@ -164,11 +164,12 @@ def _checked(view: dict, broker: int, epoch: int | None) -> str:
 # --- fencing_outcomes -----------------------------------------------------------------------------
 
 def fencing_outcomes(requests: list[dict], broker_applied: list[dict], brokers: list[dict], log_batches: list[dict],
-                     partitions: list[dict]) -> list[dict]:
+                     partitions: list[dict], index: dict | None = None) -> list[dict]:
     """One row per ``produce_requests`` row (columns :data:`FENCING_COLUMNS`), sorted by cluster_id,
-    request_id."""
+    request_id. ``index``: a cache of each cluster's lookups, filled on first use, for a caller that
+    judges the requests in slices (each row depends on its own request only) and builds them once."""
     out = []
-    idx: dict[str, _Index] = {}
+    idx: dict[str, _Index] = {} if index is None else index
     for q in sorted(requests, key=lambda q: (q["cluster_id"], q["request_id"])):
         cid, t, b = q["cluster_id"], q["request_time"], q["target_broker"]
         ix = idx.get(cid) or idx.setdefault(cid, _Index(cid, broker_applied, brokers, log_batches, partitions))

@@ -330,3 +330,20 @@ def test_lower_percentile():
     assert [_pct([5, 1, 4, 2, 3], p) for p in (0.5, 0.99)] == [3, 5]
     assert [_pct([7, 3], p) for p in (0.5, 0.99)] == [3, 7]
     assert _pct(list(range(1, 101)), 0.99) == 99 and _pct([], 0.5) is None
+
+
+def test_slices_of_whole_scopes_with_one_cache_give_the_rows_of_one_call():
+    # the benchmark plays 10M requests in slices of whole scopes, building each cluster's lookups once
+    reqs = [req(1, 2500, "c1", 1, group="g"), req(2, 2600, "c2", 2, group="g"), req(3, 2650, "c3", 3, group="h"),
+            req(4, 2700, "c3", 2, group="h"), req(5, 2600, "c4", 2, tokens=False), req(6, 2800, "c4", 1, tokens=False),
+            req(7, 2900, "c5", 3), req(8, 4000, "c6", 1, group="k"), req(9, 4400, "c7", 2, group="k")]
+    whole = run(reqs)
+    assert {r["outcome"] for r in whole} >= {"ADMITTED", "STALE_METADATA", "ADMITTED_AFTER_WAIT"}
+    assert any(r["monotonic_read_violation"] for r in whole) and any(r["attempt"] > 0 for r in whole)
+    cache: dict = {}
+    sliced = [r for scopes in (("g", "c5"), ("h", "k"), ("c4",))
+              for r in run([q for q in reqs if (q["context_group"] if q["uses_consistency_token"] and q["context_group"]
+                                                else q["client_id"]) in scopes], clusters=cache)]
+    assert list(cache) == [C]
+    key = lambda r: (r["request_id"], r["policy"], r["attempt"])  # noqa: E731
+    assert sorted(sliced, key=key) == sorted(whole, key=key)
