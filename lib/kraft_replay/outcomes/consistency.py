@@ -197,27 +197,30 @@ def _evaluate(attempts: DataFrame, responses: DataFrame, broker_applied: DataFra
             .when(~F.col("reads_metadata_cache") | (F.col("token_sent") <= F.col("applied_offset")), "ADMITTED")
             .otherwise("STALE_METADATA"))
     a = a.select("*", code.alias("_code")).localCheckpoint(eager=True)
-    stale_wait = a.where((F.col("_code") == "STALE_METADATA") & (F.col("policy") == "wait"))
-    a = a.join(_waits(stale_wait, broker_applied), ["cluster_id", "_aid"], "left")
+    # only stale attempts under ``wait`` look further (when their target catches up, or its offset at
+    # the timeout): the others are answered at once, without joins
     is_wait = (F.col("_code") == "STALE_METADATA") & (F.col("policy") == "wait")
-    found = is_wait & F.col("_found_us").isNotNull()
-    outcome = F.when(found, F.lit("ADMITTED_AFTER_WAIT")).otherwise(F.col("_code"))
-    wait_ms = (F.when(found, F.floor((F.col("_found_us") - _us(t)) / 1000))
-               .when(is_wait, F.col("request_timeout_ms")).otherwise(F.lit(0))).cast("long")
-    a = a.select("*", outcome.alias("outcome"), wait_ms.alias("wait_ms"))
-    # response time: the found interval's start exactly (µs), else t + wait
-    resp_us = F.when(found, F.col("_found_us")).otherwise(_us(t) + F.col("wait_ms") * 1000)
-    a = a.select("*", F.timestamp_micros(resp_us.cast("long")).alias("response_time"))
-    timed_out = is_wait & ~found
-    late = applied_at(a.where(timed_out).select("cluster_id", "_aid", "target_broker", "response_time"),
+    no_token = F.col("_code").isin(*NO_ANSWER, "INCONSISTENT_CLUSTER_ID")
+    at_once = a.where(~is_wait).select(
+        *_ATTEMPT_COLUMNS, "seen_offset", "token_sent", "applied_offset", F.col("_code").alias("outcome"),
+        F.lit(0).cast("long").alias("wait_ms"), F.col("attempt_time").alias("response_time"),
+        F.when(no_token, F.lit(-1)).otherwise(F.col("applied_offset")).cast("long").alias("response_token"))
+    stale_wait = a.where(is_wait)
+    w = stale_wait.join(_waits(stale_wait, broker_applied), ["cluster_id", "_aid"], "left")
+    found = F.col("_found_us").isNotNull()
+    wait_ms = F.when(found, F.floor((F.col("_found_us") - _us(t)) / 1000)).otherwise(F.col("request_timeout_ms"))
+    # response time: the found interval's start exactly (µs), else t + the timeout
+    resp_us = F.when(found, F.col("_found_us")).otherwise(_us(t) + F.col("request_timeout_ms") * 1000)
+    w = w.select("*", F.when(found, F.lit("ADMITTED_AFTER_WAIT")).otherwise(F.lit("STALE_METADATA")).alias("outcome"),
+                 wait_ms.cast("long").alias("wait_ms"),
+                 F.timestamp_micros(resp_us.cast("long")).alias("response_time")).localCheckpoint(eager=True)
+    late = applied_at(w.where(~found).select("cluster_id", "_aid", "target_broker", "response_time"),
                       broker_applied, "response_time", "target_broker", out="_late_offset")
-    a = a.join(late.select("cluster_id", "_aid", "_late_offset"), ["cluster_id", "_aid"], "left")
-    token_out = (F.when(F.col("outcome").isin(*NO_ANSWER, "INCONSISTENT_CLUSTER_ID"), F.lit(-1))
-                 .when(found, F.col("_found_offset"))
-                 .when(timed_out, F.coalesce(F.col("_late_offset"), F.lit(-1)))
-                 .otherwise(F.col("applied_offset")))
-    return a.select(*_ATTEMPT_COLUMNS, "seen_offset", "token_sent", "applied_offset", "outcome", "wait_ms",
-                    "response_time", token_out.cast("long").alias("response_token"))
+    w = w.join(late.select("cluster_id", "_aid", "_late_offset"), ["cluster_id", "_aid"], "left")
+    token_out = F.when(found, F.col("_found_offset")).otherwise(F.coalesce(F.col("_late_offset"), F.lit(-1)))
+    waited = w.select(*_ATTEMPT_COLUMNS, "seen_offset", "token_sent", "applied_offset", "outcome", "wait_ms",
+                      "response_time", token_out.cast("long").alias("response_token"))
+    return at_once.unionByName(waited)
 
 
 def _next_broker(known: DataFrame) -> DataFrame:

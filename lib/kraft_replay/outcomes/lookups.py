@@ -17,21 +17,54 @@ __all__ = ["applied_at", "log_end_at", "partition_at", "known_brokers", "log_spa
 _K = "_lk_kind"  # 0: looked-up row, 1: request row
 _POS = "_lk_pos"
 _VAL = "_lk_val"
+_B = "_lk_bucket"
+#: position buckets of the cluster-wide lookups: an hour of append time (µs), 2^16 offsets
+HOUR_US = 3_600_000_000
+OFFSETS = 1 << 16
 
 
 def _as_of(rows: DataFrame, found: DataFrame, keys: list[str], pos: Column, found_pos: str,
-           tie: list[str] | None = None) -> DataFrame:
+           tie: list[str] | None = None, bucket: int | None = None) -> DataFrame:
     """``rows`` with ``_lk_val``: the ``_lk_val`` struct of the last ``found`` row at or before each
     row's position ``pos`` in ``keys`` (``found`` has ``keys``, ``found_pos`` and ``_lk_val``;
-    ``tie`` orders found rows at one position)."""
+    ``tie`` orders found rows at one position).
+
+    ``bucket`` (a width in position units), for keys too coarse for a window (one cluster is one
+    window partition: one task sorts every row): the window runs per key and bucket of positions
+    instead, and each bucket starts from the last found row of the buckets before it — found per
+    bucket by an aggregate and carried over a window of one row per key and bucket of the found rows'
+    range (small, broadcast). Same answer."""
     r = rows.select("*", pos.alias(_POS), F.lit(1).alias(_K))
     f = found.select(*keys, F.col(found_pos).alias(_POS), F.lit(0).alias(_K), _VAL, *(tie or []))
     order = [_POS, _K, *(tie or [])]
-    w = Window.partitionBy(*keys).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
+    part = list(keys)
+    if bucket is not None:
+        r = r.select("*", F.floor(F.col(_POS) / bucket).alias(_B))
+        f = f.select("*", F.floor(F.col(_POS) / bucket).alias(_B))
+        part.append(_B)
+    w = Window.partitionBy(*part).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
     u = r.unionByName(f.withColumnRenamed(_VAL, "_lk_found"), allowMissingColumns=True) \
         .select("*", F.last("_lk_found", ignorenulls=True).over(w).alias(_VAL))
     drop = [c for c in ("_lk_found", *(tie or [])) if c not in rows.columns]
-    return u.where(F.col(_K) == 1).drop(_K, *drop)
+    out = u.where(F.col(_K) == 1).drop(_K, *drop)
+    if bucket is None:
+        return out
+    # each found bucket's last row (by position, then tie); seed(b), for every bucket b from the first
+    # found one up to one past the last, is the last row of the buckets before b (a window over one row
+    # per bucket: grid rows sort before found rows at one bucket, found rows at a null position before
+    # all); a row's bucket outside that range takes the seed at its nearer end
+    last = f.groupBy(*keys, _B).agg(F.max_by(_VAL, F.struct(_POS, *(tie or []))).alias("_lk_found"))
+    span = last.groupBy(*keys).agg(F.min(_B).alias("_lk_lo"), (F.max(_B) + 1).alias("_lk_hi"))
+    grid = span.select(*keys, F.explode(F.sequence("_lk_lo", "_lk_hi")).alias(_B), F.lit(0).alias(_K))
+    wb = Window.partitionBy(*keys).orderBy(_B, _K).rowsBetween(Window.unboundedPreceding, 0)
+    seeds = grid.unionByName(last.select("*", F.lit(1).alias(_K)), allowMissingColumns=True) \
+        .select(*keys, F.col(_B).alias("_lk_sb"), _K, F.last("_lk_found", ignorenulls=True).over(wb).alias("_lk_seed")) \
+        .where(F.col(_K) == 0).drop(_K)
+    sb = F.greatest(F.least(F.col(_B), F.col("_lk_hi")), F.col("_lk_lo"))
+    return out.join(F.broadcast(span), keys, "left") \
+        .withColumn("_lk_sb", F.when(F.col(_B).isNotNull(), sb)) \
+        .join(F.broadcast(seeds), [*keys, "_lk_sb"], "left") \
+        .withColumn(_VAL, F.coalesce(F.col(_VAL), F.col("_lk_seed"))).drop(_B, "_lk_lo", "_lk_hi", "_lk_sb", "_lk_seed")
 
 
 def applied_at(rows: DataFrame, broker_applied: DataFrame, time: str, broker: str, out: str = "applied_offset") -> DataFrame:
@@ -55,7 +88,7 @@ def log_end_at(rows: DataFrame, log_batches: DataFrame, time: str, out: str = "l
     ends = log_batches.select("cluster_id", F.unix_micros("append_time").alias("_t"), "batch_last_offset") \
         .select("cluster_id", "_t", "batch_last_offset", F.max("batch_last_offset").over(wb).alias("_end"))
     f = ends.select("cluster_id", "_t", "batch_last_offset", F.struct(F.col("_end").alias("e")).alias(_VAL))
-    j = _as_of(rows, f, ["cluster_id"], F.unix_micros(F.col(time)), "_t", tie=["batch_last_offset"])
+    j = _as_of(rows, f, ["cluster_id"], F.unix_micros(F.col(time)), "_t", tie=["batch_last_offset"], bucket=HOUR_US)
     return j.select(*rows.columns, F.coalesce(F.col(_VAL).e, F.lit(-1)).cast("long").alias(out))
 
 
@@ -112,7 +145,7 @@ def batch_time_at(rows: DataFrame, log_batches: DataFrame, offset: str, out: str
     """Column ``out``: the append time of the batch holding ``rows[offset]`` (the batch with the largest
     ``batch_base_offset <= offset``); null for a negative or null offset."""
     f = log_batches.select("cluster_id", "batch_base_offset", F.struct(F.col("append_time").alias("t")).alias(_VAL))
-    j = _as_of(rows, f, ["cluster_id"], F.col(offset), "batch_base_offset")
+    j = _as_of(rows, f, ["cluster_id"], F.col(offset), "batch_base_offset", bucket=OFFSETS)
     return j.select(*rows.columns, F.when(F.col(offset) >= 0, F.col(_VAL).t).alias(out))
 
 
