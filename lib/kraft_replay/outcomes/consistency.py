@@ -19,9 +19,10 @@ The token a client sends is the running maximum of the response tokens its scope
 ``ConsistencyContextStore``: the context group, or the client alone) received strictly before — a
 window over the scope's responses and attempts in time order. Responses depend on tokens (a wait
 delays a response and raises its token; a stale answer brings a retry), but only forwards in time, so
-the rows are unique: :func:`consistency_outcomes` recomputes every token-carrying attempt from the
-previous round's responses and retries until nothing changes (attempts without a token depend on no
-other answer: they are computed once). The counterfactual (``monotonic_read_violation``,
+the rows are unique: :func:`consistency_outcomes` recomputes the token-carrying attempts from the
+previous round's responses and retries until nothing changes — scope by scope: a scope's rows depend
+on its own answers only, so a scope whose rows came out the same twice is settled and left out of the
+later rounds (attempts without a token depend on no other answer: they are computed once). The counterfactual (``monotonic_read_violation``,
 ``offsets_older``, ``ms_older``, ``stale_domain``, ``stale_entities``) says what an admitted answer
 older than one the scope already saw got wrong.
 """
@@ -247,11 +248,12 @@ def _retries(evaluated: DataFrame, policy: RetryPolicy, nxt: DataFrame, broker_a
     return _prepare(s.select(*[v.alias(k) for k, v in cols.items()]), broker_applied, known, span)
 
 
-def _checksum(df: DataFrame) -> tuple[int, int]:
+def _scope_sums(df: DataFrame) -> DataFrame:
+    """Per (cluster, policy, scope): how many attempt rows and a sum of their hashes (``_n``, ``_h``)."""
     h = F.xxhash64("cluster_id", "request_id", "policy", "attempt", "attempt_time", "target_broker", "outcome",
                    "response_time", "response_token", "token_sent")
-    r = df.agg(F.count(F.lit(1)).alias("n"), F.sum(h.cast("decimal(38,0)")).alias("h")).first()
-    return int(r["n"]), int(r["h"] or 0)
+    return df.groupBy("cluster_id", "policy", "scope").agg(F.count(F.lit(1)).alias("_n"),
+                                                           F.sum(h.cast("decimal(38,0)")).alias("_h"))
 
 
 def _violations(rows: DataFrame, log_batches: DataFrame, domains: dict[str, DataFrame]) -> DataFrame:
@@ -336,18 +338,39 @@ def _consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, broker
     fixed = firsts.where(~tokens)
     fixed = _evaluate(fixed, _evaluate(fixed, empty, broker_applied), broker_applied).localCheckpoint(eager=True)
     firsts = firsts.where(tokens)
-    prev, prev_sum = empty, None
+    # A scope's rows of one round depend only on its own rows of the round before (its answers, its
+    # retries): a scope whose rows come out the same twice has settled, and only the scopes still
+    # moving are played again. Settled rows are kept per round.
+    scope_key = ["cluster_id", "policy", "scope"]
+    prev, prev_sums, settled = empty, None, []
     for rnd in range(1, MAX_ROUNDS + 1):
         attempts = firsts if rnd == 1 else firsts.unionByName(
             _retries(prev, policy, nxt, broker_applied, known, span))
         cur = _evaluate(attempts, prev, broker_applied).localCheckpoint(eager=True)
-        cur_sum = _checksum(cur)
-        say(f"  consistency round {rnd}: {cur_sum[0]:,} token attempts")
-        if cur_sum == prev_sum:
+        sums = _scope_sums(cur).localCheckpoint(eager=True)
+        if prev_sums is None:
+            moving = sums.select(*scope_key)
+        else:
+            same = sums.join(prev_sums, [*scope_key, "_n", "_h"], "left_semi").select(*scope_key)
+            settled.append(cur.join(F.broadcast(same), scope_key, "left_semi"))
+            moving = sums.join(same, scope_key, "left_anti").select(*scope_key)
+        moving = moving.localCheckpoint(eager=True)
+        n_moving = moving.count()
+        say(f"  consistency round {rnd}: {cur.count():,} token attempts, {n_moving:,} scopes not settled")
+        if n_moving == 0:
+            if prev_sums is None:  # no token attempts at all
+                settled.append(cur)
             break
-        prev, prev_sum = cur, cur_sum
+        if prev_sums is not None:
+            firsts = firsts.join(F.broadcast(moving), scope_key, "left_semi")
+            cur = cur.join(F.broadcast(moving), scope_key, "left_semi")
+            sums = sums.join(F.broadcast(moving), scope_key, "left_semi")
+        prev, prev_sums = cur, sums
     else:
         raise ConvergenceError(f"consistency outcomes did not settle in {MAX_ROUNDS} rounds")
+    cur = settled[0]
+    for part in settled[1:]:
+        cur = cur.unionByName(part)
     cur = cur.unionByName(fixed)
     w = Window.partitionBy("cluster_id", "request_id", "policy")
     final = F.col("attempt") == F.max("attempt").over(w)
