@@ -30,7 +30,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kraft_replay.outcomes.lookups import count_changes, log_end_at
+from kraft_replay.outcomes.lookups import _VAL, OFFSETS, _as_of, count_changes, log_end_at
 
 __all__ = ["sample_lag", "cache_lag", "write_cache_lag", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
 
@@ -50,16 +50,13 @@ def _us(c: Column) -> Column:
 
 def _next_unapplied(samples: DataFrame, batches: DataFrame) -> DataFrame:
     """``_next_us``: append time (µs) of the batch holding ``applied_offset + 1`` (the first batch whose
-    last offset is above it), from a reverse running frame over batches and samples in offset order."""
-    b = batches.select("cluster_id", F.col("batch_last_offset").alias("_o"), F.lit(1).alias("_k"),
-                       _us(F.col("append_time")).alias("_bt"), F.lit(None).cast("long").alias("_sid"))
-    s = samples.select("cluster_id", F.col("applied_offset").alias("_o"), F.lit(0).alias("_k"),
-                       F.lit(None).cast("long").alias("_bt"), "_sid")
-    # descending: larger offsets first; at one offset the sample first, so a batch ending there is not "next"
-    w = (Window.partitionBy("cluster_id").orderBy(F.col("_o").desc(), F.col("_k").asc())
-         .rowsBetween(Window.unboundedPreceding, 0))
-    u = b.unionByName(s).select("*", F.last("_bt", ignorenulls=True).over(w).alias("_next_us"))
-    return u.where(F.col("_k") == 0).select("cluster_id", "_sid", "_next_us")
+    last offset is above it): an as-of lookup in negated offsets — the batch with the largest
+    ``-batch_last_offset <= -(applied_offset + 1)`` —, per bucket of offsets."""
+    f = batches.select("cluster_id", (-F.col("batch_last_offset")).alias("_neg"),
+                       F.struct(_us(F.col("append_time")).alias("t")).alias(_VAL))
+    s = samples.select("cluster_id", "_sid", "applied_offset")
+    j = _as_of(s, f, ["cluster_id"], -(F.col("applied_offset") + 1), "_neg", bucket=OFFSETS)
+    return j.select("cluster_id", "_sid", F.col(_VAL).t.alias("_next_us"))
 
 
 def leader_changes(partitions: DataFrame) -> DataFrame:
