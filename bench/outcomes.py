@@ -271,10 +271,10 @@ def _slices(lake: Path, table: str, n: int, by_scope: bool = False):  # noqa: AN
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    tab = DeltaTable(str(lake / table)).to_pyarrow_table()
     if n <= 1:
-        yield tab.to_pylist()
+        yield _rows(lake, table)
         return
+    tab = DeltaTable(str(lake / table)).to_pyarrow_table()
     if by_scope:
         uses = pc.fill_null(tab["uses_consistency_token"], False)
         scope = pc.if_else(pc.and_(uses, pc.is_valid(tab["context_group"])), tab["context_group"], tab["client_id"])

@@ -22,9 +22,9 @@ delays a response and raises its token; a stale answer brings a retry), but only
 the rows are unique: :func:`consistency_outcomes` recomputes the token-carrying attempts from the
 previous round's responses and retries until nothing changes — scope by scope: a scope's rows depend
 on its own answers only, so a scope whose rows came out the same twice is settled and left out of the
-later rounds (attempts without a token depend on no other answer: they are computed once). The counterfactual (``monotonic_read_violation``,
-``offsets_older``, ``ms_older``, ``stale_domain``, ``stale_entities``) says what an admitted answer
-older than one the scope already saw got wrong.
+later rounds (attempts without a token depend on no other answer: they are computed once). The
+counterfactual (``monotonic_read_violation``, ``offsets_older``, ``ms_older``, ``stale_domain``,
+``stale_entities``) says what an admitted answer older than one the scope already saw got wrong.
 """
 
 from __future__ import annotations
@@ -356,7 +356,8 @@ def _consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, broker
             moving = sums.join(same, scope_key, "left_anti").select(*scope_key)
         moving = moving.localCheckpoint(eager=True)
         n_moving = moving.count()
-        say(f"  consistency round {rnd}: {cur.count():,} token attempts, {n_moving:,} scopes not settled")
+        played = sums.agg(F.sum("_n")).first()[0] or 0  # the round's rows, counted per scope already
+        say(f"  consistency round {rnd}: {played:,} token attempts, {n_moving:,} scopes not settled")
         if n_moving == 0:
             if prev_sums is None:  # no token attempts at all
                 settled.append(cur)
