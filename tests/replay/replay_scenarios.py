@@ -136,15 +136,15 @@ def directories(b: BronzeLog) -> None:
     b.batch(change(T1, 0, replicas=[1, 2], directories=[ZERO, ZERO]))
     # a chain: the first change fails, so the second (which only fits the old replica count) applies
     b.batch(partition(T1, 6, [1, 2], directories=[D1, D2]))
-    b.batch(change(T1, 6, replicas=[1, 2, 3]))
+    b.batch(change(T1, 6, replicas=[1, 2, 3], leader=2))          # fails: neither epoch moves
     b.batch(change(T1, 6, directories=[D2, D1]))
     b.batch(change(T1, 6, replicas=[3], directories=[]))          # empty directories: MIGRATING again
     b.batch(change(T1, 6, replicas=[3, 1]))
     # fixpoint: the second change only fails because the first one did (replicas stay at 2)
     b.batch(partition(T1, 7, [1, 2], directories=[D1, D2]))
-    b.batch(change(T1, 7, replicas=[1, 2, 3]))
-    b.batch(change(T1, 7, directories=[D1, D2, D1]))
-    b.batch(change(T1, 7, isr=[1]))
+    b.batch(change(T1, 7, replicas=[1, 2, 3], leader=2))
+    b.batch(change(T1, 7, directories=[D1, D2, D1], leader=1))   # fails in the second pass: no epoch moves
+    b.batch(change(T1, 7, isr=[1], leader=2))
 
 
 @scenario

@@ -64,7 +64,7 @@ def leader_changes(partitions: DataFrame) -> DataFrame:
     leader epoch changed): ``cluster_id``, ``topic_id``, ``partition_id``, ``_v`` (offset) and ``_p``
     (the previous leader-affecting version's offset of the partition; -2 for the first)."""
     v = partitions.where(F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("valid_from_offset")))
-    w = Window.partitionBy("cluster_id", "topic_id", "partition_id").orderBy("valid_from_offset", "record_offset")
+    w = Window.partitionBy("topic_id", "partition_id", "cluster_id").orderBy("valid_from_offset", "record_offset")
     v = v.select("cluster_id", "topic_id", "partition_id", "valid_from_offset", "record_offset", "deleted", "leader",
                  "leader_epoch", F.lag("deleted").over(w).alias("_pd"), F.lag("leader").over(w).alias("_pl"),
                  F.lag("leader_epoch").over(w).alias("_pe"), F.lag("valid_from_offset").over(w).alias("_pv"))
@@ -93,7 +93,7 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
     the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions."""
     s = progress.select(*_KEY, "observed_at", "applied_offset").dropDuplicates([*_KEY, "observed_at"])
-    w = Window.partitionBy(*_KEY).orderBy("observed_at")
+    w = Window.partitionBy("broker_id", "cluster_id").orderBy("observed_at")
     moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
     s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
     s = s.select(*_KEY, "observed_at", "applied_offset",

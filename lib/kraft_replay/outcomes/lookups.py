@@ -41,7 +41,7 @@ def _as_of(rows: DataFrame, found: DataFrame, keys: list[str], pos: Column, foun
     if bucket is not None:
         r = r.select("*", F.floor(F.col(_POS) / bucket).alias(_B))
         f = f.select("*", F.floor(F.col(_POS) / bucket).alias(_B))
-        part.append(_B)
+        part.insert(0, _B)  # first: the sort's prefix tells rows apart by it (not by the cluster id)
     w = Window.partitionBy(*part).orderBy(*order).rowsBetween(Window.unboundedPreceding, 0)
     u = r.unionByName(f.withColumnRenamed(_VAL, "_lk_found"), allowMissingColumns=True) \
         .select("*", F.last("_lk_found", ignorenulls=True).over(w).alias(_VAL))
@@ -154,7 +154,7 @@ def entity_changes(versions: DataFrame, keys: list[str]) -> DataFrame:
     offset) and ``_p`` (the entity's previous visible version's offset; -2 for its first), for
     :func:`count_changes`."""
     vis = versions.where(F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("valid_from_offset")))
-    w = Window.partitionBy("cluster_id", *keys).orderBy("valid_from_offset", "record_offset")
+    w = Window.partitionBy(*keys, "cluster_id").orderBy("valid_from_offset", "record_offset")
     return vis.select("cluster_id", F.col("valid_from_offset").alias("_v"),
                       F.coalesce(F.lag("valid_from_offset").over(w), F.lit(-2)).alias("_p"))
 

@@ -85,7 +85,7 @@ def _scan(df: DataFrame, order: list[str], bucket_of: str, value: str, out: str,
     per_bucket = b.groupBy("cluster_id", "_b").agg(agg(value).alias("_bv"))
     w_buckets = Window.partitionBy("cluster_id").orderBy(*by(["_b"])).rowsBetween(*frame)
     prefix = per_bucket.select("cluster_id", "_b", agg("_bv").over(w_buckets).alias("_outside"))
-    w_in = Window.partitionBy("cluster_id", "_b").orderBy(*by(order)).rowsBetween(*frame)
+    w_in = Window.partitionBy("_b", "cluster_id").orderBy(*by(order)).rowsBetween(*frame)
     return (b.join(F.broadcast(prefix), ["cluster_id", "_b"], "left")
             .withColumn(out, comb(F.col("_outside"), agg(value).over(w_in)))
             .drop("_b", "_outside"))
@@ -184,7 +184,7 @@ def kept_records(log: DataFrame, batches: DataFrame) -> DataFrame:
     nd = _divergent_join(_with_batch_key(log), batches, _KEY, "left_anti")
     nd = nd.select("cluster_id", "offset", "api_key", "record_type", "append_time",
                    "source_file", "source_position", "_base", "_last", "_epoch")
-    w = Window.partitionBy("cluster_id", "offset").orderBy(F.col("_epoch").desc(), "source_file", "source_position")
+    w = Window.partitionBy("offset", "cluster_id").orderBy(F.col("_epoch").desc(), "source_file", "source_position")
     whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     return nd.select("*", F.row_number().over(w).alias("_copy"), F.count(F.lit(1)).over(whole).alias("_n"))
 
@@ -204,7 +204,7 @@ def copy_digests(log: DataFrame, kept: DataFrame) -> DataFrame:
     multi = kept.where(F.col("_n") > 1).select(*_COPY_KEY, "_copy", "record_type")
     d = _with_batch_key(log).join(F.broadcast(multi.select(*_COPY_KEY)), _COPY_KEY, "left_semi").select(*_COPY_KEY, _digest(log).alias("_digest"))
     m = multi.join(d, _COPY_KEY)
-    w = Window.partitionBy("cluster_id", "offset").orderBy("_copy")
+    w = Window.partitionBy("offset", "cluster_id").orderBy("_copy")
     whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     return m.select("*", (F.col("_digest") != F.first("_digest").over(whole)).alias("_differs"),
                     F.first("record_type").over(whole).alias("_kept_type"),

@@ -23,7 +23,7 @@ marks the first mismatching change of a segment per pass (real logs: no mismatch
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from kraft_replay.replay.records import API, ZERO_UUID
@@ -132,7 +132,7 @@ def _with_topic_state(ev: DataFrame, topic_annotated: DataFrame) -> DataFrame:
     tv = topic_annotated.where(F.col("_keep")).select(
         "cluster_id", "_sid", "topic_id", F.col("_vis").alias("_t_vis"), F.col("_ord").alias("_t_ord"),
         (~F.col("_del")).alias("_t_exists"), F.col("name").alias("_t_name"))
-    w = Window.partitionBy(*STREAM, "topic_id").orderBy("_t_vis", "_t_ord")
+    w = Window.partitionBy("topic_id", *STREAM).orderBy("_t_vis", "_t_ord")
     tv = tv.select(*[F.col(c).alias("_tv" + c) if c in (*STREAM, "topic_id") else F.col(c) for c in tv.columns],
                    F.lead(F.struct("_t_vis", "_t_ord")).over(w).alias("_t_next"))
     at = F.struct(F.col("_vis").alias("_t_vis"), F.col("_ord").alias("_t_ord"))
@@ -153,29 +153,48 @@ def _checks(ev: DataFrame) -> DataFrame:
     pr_dirs_ok = ~_real(F.col("r_dirs")) | (F.size("r_dirs") == F.size("r_replicas"))
     pr_applies = (kind == "PR") & topic_ok & F.col("r_lrs").isin(0, 1) & pr_dirs_ok
     ev = ev.select("*", topic_ok.alias("_topic_ok"), pr_applies.alias("_pr_applies"))
-    w = Window.partitionBy(*STREAM, *KEY).orderBy(*ORDER)
+    w = Window.partitionBy(*KEY, *STREAM).orderBy(*ORDER)
     marker = (F.when(kind == "PR", F.when(F.col("_pr_applies"), F.lit(True)))
               .when(kind == "S", F.lit(True)).when(kind.isin("T", "SA"), F.lit(False)))
     reset = F.col("_pr_applies") | kind.isin("S", "T", "SA")
+    running = w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     ev = ev.select(
         "*", F.coalesce(F.last(marker, ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, -1)),
                         F.lit(False)).alias("_exists_before"),
-        F.sum(reset.cast("int")).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)).alias("_seg"))
+        F.sum(reset.cast("int")).over(running).alias("_seg"),
+        *_change_counts(_pc_local(), running))
     return ev.select("*", (F.col("_pr_applies") | (kind == "S")).alias("_reset_set"),
-                     ((kind == "PC") & F.col("_topic_ok") & F.col("_exists_before")
-                      & F.col("r_lrs").isin(-1, 0, 1)).alias("_pc_pre"))
+                     (_pc_local() & F.col("_exists_before")).alias("_pc_pre"))
 
 
-def _carry(ev: DataFrame) -> DataFrame:
+def _pc_local() -> Column:
+    """A change that applies when its partition exists and its directories match: its own checks."""
+    return (F.col("kind") == "PC") & F.col("_topic_ok") & F.col("r_lrs").isin(-1, 0, 1)
+
+
+def _change_counts(counted: Column, running: WindowSpec) -> list[Column]:
+    """``_n_le`` / ``_n_pe``: running counts of the ``counted`` changes that move the leader epoch
+    (Leader set) and of all of them (the partition epoch)."""
+    return [F.sum((counted & F.col("r_leader").isNotNull()).cast("int")).over(running).alias("_n_le"),
+            F.sum(counted.cast("int")).over(running).alias("_n_pe")]
+
+
+def _carry(ev: DataFrame, recount: bool = False) -> DataFrame:
     """The partition's state after each event (``c_*`` columns, ``_applied``, ``_mismatch``), with
     the changes in ``_failed`` not applied. One running window per partition: a reset (applied
     PartitionRecord, snapshot partition) sets every field, so ``last(..., ignorenulls)`` over the
     partition restarts there (values are wrapped in a struct so that a null set at a reset is kept);
-    the epochs are the reset's plus the applied changes since it (running counts minus their value at
-    the reset). Events after a tombstone and before the next reset apply nothing."""
-    w = (Window.partitionBy(*STREAM, *KEY).orderBy(*ORDER)
+    the epochs are the reset's plus the applied changes since it: running counts (``_n_le`` /
+    ``_n_pe``, from :func:`_checks`) minus their value at the reset. The counts may take the changes
+    by their own checks alone (:func:`_pc_local`): between a set-reset and the next reset every such
+    change applies, and elsewhere no epoch is carried. With ``recount`` (some changes ``_failed``)
+    they are counted again without the failed ones. Events after a tombstone and before the next
+    reset apply nothing."""
+    w = (Window.partitionBy(*KEY, *STREAM).orderBy(*ORDER)
          .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     reset = F.col("_reset_set")
+    if recount:
+        ev = ev.drop("_n_le", "_n_pe").select("*", *_change_counts(_pc_local() & ~F.col("_failed"), w))
     ev = ev.withColumn("_applied", F.col("_pc_pre") & ~F.col("_failed"))
     applied = F.col("_applied")
 
@@ -191,13 +210,11 @@ def _carry(ev: DataFrame) -> DataFrame:
         carried("c_lrs", F.col("r_lrs"), F.when(F.col("r_lrs") != -1, F.col("r_lrs"))),
         carried("c_dirs", F.col("r_dirs"), F.col("r_dirs")),
         carried("c_topic_name", F.coalesce(F.col("r_topic_name"), F.col("_t_name")), None),
-        F.sum((applied & F.col("r_leader").isNotNull()).cast("int")).over(w).alias("_n_le"),
-        F.sum(applied.cast("int")).over(w).alias("_n_pe"),
+        # in the same window operator as the fields: the counts are inputs here (a reset counts 0)
+        F.last(F.when(reset, F.struct((F.col("r_le") - F.col("_n_le")).alias("le"),
+                                      (F.col("r_pe") - F.col("_n_pe")).alias("pe"))), ignorenulls=True).over(w).alias("_base"),
     ]
     ev = ev.select("*", *cols)
-    base = F.last(F.when(reset, F.struct((F.col("r_le") - F.col("_n_le")).alias("le"),
-                                         (F.col("r_pe") - F.col("_n_pe")).alias("pe"))), ignorenulls=True).over(w)
-    ev = ev.select("*", base.alias("_base"))
     real = _real(F.col("c_dirs"))
     return ev.select(
         *[c for c in ev.columns if c not in ("_base", "_n_le", "_n_pe")],
@@ -208,7 +225,7 @@ def _carry(ev: DataFrame) -> DataFrame:
 
 
 def _first_mismatches(carried: DataFrame) -> DataFrame:
-    w = Window.partitionBy(*STREAM, *KEY, "_seg").orderBy(*ORDER)
+    w = Window.partitionBy(*KEY, *STREAM, "_seg").orderBy(*ORDER)
     m = carried.where(F.col("_mismatch")).withColumn("_n", F.row_number().over(w)).where("_n = 1")
     return m.select(*STREAM, *KEY, "_vis", "_ord", F.format_string(
         "%d directories for %d replicas", F.size("c_dirs"), F.size("c_replicas")).alias("_fail_msg"))
@@ -251,7 +268,7 @@ def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
     risky = risky.localCheckpoint(eager=False)
     failed = None
     for _ in range(MAX_FIXPOINT_PASSES):
-        carried = _carry(risky).localCheckpoint(eager=False)
+        carried = _carry(risky, recount=True).localCheckpoint(eager=False)
         new = _first_mismatches(carried).localCheckpoint(eager=False)
         if new.isEmpty():
             break

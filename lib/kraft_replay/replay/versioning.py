@@ -99,9 +99,10 @@ def annotate(events: DataFrame, table: str) -> DataFrame:
     deletion of an existing entity)."""
     keys = list(SILVER_TABLES[table].key_names)
     fields = _fields(table)
-    w = Window.partitionBy(*STREAM, *keys).orderBy(*ORDER)
-    a = (events.withColumn("_prev", F.lag(_state(fields)).over(w))
-         .withColumn("_exists_before", F.coalesce(F.lag(~F.col("_del")).over(w), F.lit(False))))
+    w = Window.partitionBy(*keys, *STREAM).orderBy(*ORDER)
+    # one select: both lags in one window operator (each operator copies every row once more)
+    a = events.select("*", F.lag(_state(fields)).over(w).alias("_prev"),
+                      F.coalesce(F.lag(~F.col("_del")).over(w), F.lit(False)).alias("_exists_before"))
     same = F.col("_prev").eqNullSafe(_state(fields))
     keep = F.when(F.col("_del"), F.col("_exists_before")).otherwise(~(F.col("_snap") & F.col("_exists_before") & same))
     return a.withColumn("_keep", keep)
@@ -112,13 +113,13 @@ def versions(annotated: DataFrame, table: str) -> DataFrame:
     spec = SILVER_TABLES[table]
     keys = list(spec.key_names)
     fields = _fields(table)
-    w = Window.partitionBy(*STREAM, *keys).orderBy(*ORDER)
+    w = Window.partitionBy(*keys, *STREAM).orderBy(*ORDER)
     k = annotated.where(F.col("_keep"))
-    k = (k.withColumn("valid_to_offset", F.lead("_vis").over(w))
-         .withColumn("valid_to_time", F.lead("_vtime").over(w)))
-    if "changed_fields" in spec.field_names:
-        prev = F.lag(_state(fields)).over(w)
-        k = k.withColumn("_pv", prev)
+    has_changed = "changed_fields" in spec.field_names
+    # one select: the leads and the lag in one window operator
+    k = k.select("*", F.lead("_vis").over(w).alias("valid_to_offset"), F.lead("_vtime").over(w).alias("valid_to_time"),
+                 *([F.lag(_state(fields)).over(w).alias("_pv")] if has_changed else []))
+    if has_changed:
         diffs = [F.when(F.col("_pv").isNull() | ~F.col("_pv")[f].eqNullSafe(F.col(f)), F.lit(f)).otherwise(F.lit(""))
                  for f in fields]
         changed = F.when(~F.col("_del"), F.array_remove(F.array(*diffs), ""))  # no lambda: code-generated
