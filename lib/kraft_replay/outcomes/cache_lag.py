@@ -99,7 +99,7 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     s = s.select(*_KEY, "observed_at", "applied_offset",
                  F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"),
                  F.xxhash64(*_KEY, "observed_at").alias("_sid"))
-    s = log_end_at(s, batches, "observed_at").join(_next_unapplied(s, batches), ["cluster_id", "_sid"])
+    s = log_end_at(s, batches, "observed_at").join(_next_unapplied(s, batches), ["_sid", "cluster_id"])
     offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
     obs = _us(F.col("observed_at"))
     time_lag = F.when(F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),
@@ -107,10 +107,10 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     stalled = (offset_lag > 0) & ((obs - _us(F.col("applied_since"))) >= F.lit(int(stall_after_s * 1_000_000)))
     s = s.select(*_KEY, "_sid", "observed_at", "applied_offset", "applied_since", "log_end_offset",
                  offset_lag.alias("offset_lag"), time_lag.alias("time_lag_ms"), stalled.alias("stalled"))
-    s = s.join(_registration(s, brokers), ["cluster_id", "_sid"], "left")
+    s = s.join(_registration(s, brokers), ["_sid", "cluster_id"], "left")
     div = count_changes(s, leader_changes(partitions), "applied_offset", "log_end_offset", "_sid", "image_divergence",
                         bucket=bucket_offsets)
-    s = s.join(div, ["cluster_id", "_sid"], "left")
+    s = s.join(div, ["_sid", "cluster_id"], "left")
     return s.select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset", "offset_lag", "time_lag_ms",
                     "stalled", "registered", "fenced",
                     F.coalesce(F.col("image_divergence"), F.lit(0)).cast("long").alias("image_divergence"))
