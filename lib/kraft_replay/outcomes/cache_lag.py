@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from kraft_replay.outcomes.lookups import _VAL, OFFSETS, _as_of, count_changes, log_end_at
+from kraft_replay.replay.broker_applied import BY_BROKER
 
 __all__ = ["sample_lag", "cache_lag", "write_cache_lag", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
 
@@ -93,12 +94,13 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
     the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions."""
     s = progress.select(*_KEY, "observed_at", "applied_offset").dropDuplicates([*_KEY, "observed_at"])
-    w = Window.partitionBy("broker_id", "cluster_id").orderBy("observed_at")
+    w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
     moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
     s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
     s = s.select(*_KEY, "observed_at", "applied_offset",
                  F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"),
                  F.xxhash64(*_KEY, "observed_at").alias("_sid"))
+    # joins keyed by the sample id first: the sort-merge joins' prefix then tells samples apart
     s = log_end_at(s, batches, "observed_at").join(_next_unapplied(s, batches), ["_sid", "cluster_id"])
     offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
     obs = _us(F.col("observed_at"))

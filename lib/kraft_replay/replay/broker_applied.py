@@ -24,18 +24,21 @@ from pyspark.sql import functions as F
 
 from kraft_replay.replay.schemas import BROKER_APPLIED_SCHEMA
 
-__all__ = ["broker_applied", "BROKER_APPLIED_COLUMNS", "GAP_FACTOR"]
+__all__ = ["broker_applied", "BROKER_APPLIED_COLUMNS", "BY_BROKER", "GAP_FACTOR"]
 
 GAP_FACTOR = 3.0
 BROKER_APPLIED_COLUMNS = BROKER_APPLIED_SCHEMA.names
 _KEY = ["cluster_id", "broker_id"]
+#: the windows' partition columns: the broker first, so that the sort's prefix tells rows apart
+#: (docs/design.md, "Versioned tables")
+BY_BROKER = ["broker_id", "cluster_id"]
 
 
 def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataFrame:
     """Facts §9.1 / §5.1: the ``broker_applied`` intervals of bronze ``broker_progress`` samples."""
     p = progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").dropDuplicates(
         [*_KEY, "observed_at"])
-    w = Window.partitionBy("broker_id", "cluster_id").orderBy("observed_at")
+    w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
     ms = F.unix_micros("observed_at")
     p = p.select("*", ms.alias("_us"), (ms - F.lag(ms).over(w)).alias("_gap_us"),
                  F.lag("applied_offset").over(w).alias("_prev_off"))
@@ -49,7 +52,7 @@ def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataF
         F.min("_us").alias("_first_us"), F.max("_us").alias("_last_us"), F.first("applied_offset").alias("applied_offset"),
         F.max_by("applied_record_time", "_us").alias("applied_record_time"), F.count(F.lit(1)).alias("samples"),
         F.max(F.when(F.col("_new"), F.col("_gap_before"))).alias("_gap_before"), F.first("_med_us").alias("_med_us"))
-    wr = Window.partitionBy("broker_id", "cluster_id").orderBy("_run")
+    wr = Window.partitionBy(*BY_BROKER).orderBy("_run")
     runs = runs.select("*", F.lead("_first_us").over(wr).alias("_next_us"), F.lead("_gap_before").over(wr).alias("_gap_after"),
                        F.lag("applied_offset").over(wr).alias("_prev_run_off"))
     end_us = F.when(F.col("_gap_after"), F.col("_last_us") + F.col("_med_us")).otherwise(F.col("_next_us"))

@@ -39,6 +39,9 @@ LISTS = ["replicas", "isr", "removing_replicas", "adding_replicas", "eligible_le
 MAX_FIXPOINT_PASSES = 64
 _RAW = ["r_" + x for x in (*LISTS, "leader", "lrs", "le", "pe", "dirs", "topic_name")]
 _META = ["_vis", "_ord", "_sub", "_vtime", "record_offset", "record_type", "snapshot_end_offset"]
+#: the windows' partition columns: the partition first, so that the sort's prefix tells rows apart
+#: (docs/design.md, "Versioned tables")
+_BY_PARTITION = [*KEY, *STREAM]
 
 
 def _entity() -> Column:
@@ -153,7 +156,7 @@ def _checks(ev: DataFrame) -> DataFrame:
     pr_dirs_ok = ~_real(F.col("r_dirs")) | (F.size("r_dirs") == F.size("r_replicas"))
     pr_applies = (kind == "PR") & topic_ok & F.col("r_lrs").isin(0, 1) & pr_dirs_ok
     ev = ev.select("*", topic_ok.alias("_topic_ok"), pr_applies.alias("_pr_applies"))
-    w = Window.partitionBy(*KEY, *STREAM).orderBy(*ORDER)
+    w = Window.partitionBy(*_BY_PARTITION).orderBy(*ORDER)
     marker = (F.when(kind == "PR", F.when(F.col("_pr_applies"), F.lit(True)))
               .when(kind == "S", F.lit(True)).when(kind.isin("T", "SA"), F.lit(False)))
     reset = F.col("_pr_applies") | kind.isin("S", "T", "SA")
@@ -190,7 +193,7 @@ def _carry(ev: DataFrame, recount: bool = False) -> DataFrame:
     change applies, and elsewhere no epoch is carried. With ``recount`` (some changes ``_failed``)
     they are counted again without the failed ones. Events after a tombstone and before the next
     reset apply nothing."""
-    w = (Window.partitionBy(*KEY, *STREAM).orderBy(*ORDER)
+    w = (Window.partitionBy(*_BY_PARTITION).orderBy(*ORDER)
          .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     reset = F.col("_reset_set")
     if recount:
@@ -225,7 +228,7 @@ def _carry(ev: DataFrame, recount: bool = False) -> DataFrame:
 
 
 def _first_mismatches(carried: DataFrame) -> DataFrame:
-    w = Window.partitionBy(*KEY, *STREAM, "_seg").orderBy(*ORDER)
+    w = Window.partitionBy(*_BY_PARTITION, "_seg").orderBy(*ORDER)
     m = carried.where(F.col("_mismatch")).withColumn("_n", F.row_number().over(w)).where("_n = 1")
     return m.select(*STREAM, *KEY, "_vis", "_ord", F.format_string(
         "%d directories for %d replicas", F.size("c_dirs"), F.size("c_replicas")).alias("_fail_msg"))
