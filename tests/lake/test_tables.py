@@ -134,6 +134,39 @@ def test_merge_upserts_and_rewrites_only_touched_files(spark, lake, events_table
         lake.merge(events_table, dup, keys=["id", "part"])
 
 
+def test_rewrite_reads_and_replaces_only_the_files_its_statistics_pick(spark, lake, events_table):
+    """``rewrite``: the files of the matching partition whose statistics say they may hold rows with
+    ``id >= 600`` are read, ``fn``'s two DataFrames replace them in files of their own, in one
+    commit; the other files (and partitions) are untouched; a DataFrame with rows outside the
+    partition commits nothing."""
+    from pyspark.sql import functions as F
+
+    lake.append(events_table, events(spark, 0, 300, slices=1))     # ids < 300: files that stay
+    lake.append(events_table, events(spark, 600, 900, slices=1))   # ids >= 600: read and replaced
+    snap = lake._impl.snapshot(events_table)
+    part0 = {f.path for f in snap.files if f.partition_values["part"] == "0"}
+    seen: list[int] = []
+
+    def fn(rows):
+        seen.append(rows.count())
+        kept = rows.where("id % 2 = 0")
+        return [kept.where("id < 750"), kept.where("id >= 750").withColumn("name", F.lit("late"))]
+
+    res = lake.rewrite(events_table, fn, "part = 0", touched=lambda st: st.max.get("id", 10**9) >= 600, columns=["id"])
+    assert seen == [100]                                 # part 0's ids 600..897, step 3: 100 rows read
+    after = {f.path for f in lake._impl.snapshot(events_table).files}
+    assert res.removed_files == 1 and len(part0 - after) == 1 and res.files == 2 and res.rows == 50
+    got = lake.read(events_table)
+    assert got.where("part = 0 AND id >= 600").count() == 50
+    assert got.where("part = 0 AND id >= 750").select("name").distinct().collect() == [("late",)]
+    assert got.where("part != 0 OR id < 600").count() == 300 + 200   # everything else as it was
+    version = lake.version(events_table)
+    with pytest.raises(Exception, match="does not match"):
+        lake.rewrite(events_table, lambda rows: [rows.withColumn("part", F.lit(1))], "part = 0",
+                     touched=lambda st: True, columns=["id"])
+    assert lake.version(events_table) == version         # nothing committed
+
+
 def test_compact_then_vacuum(spark, lake, events_table):
     for i in range(4):
         lake.append(events_table, events(spark, i * 30, (i + 1) * 30))

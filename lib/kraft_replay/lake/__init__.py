@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "Lake": "api", "TableInfo": "api", "CommitResult": "deltars",
+    "Lake": "api", "TableInfo": "api", "CommitResult": "deltars", "FileStats": "deltars",
     "PUBLISHED": "publish", "Rollback": "publish", "rollback_line": "publish",
     **{name: "errors" for name in (
         "BackendUnavailableError", "CommitConflictError", "CorruptTableError", "InvalidArgumentError",

@@ -23,6 +23,7 @@ from kraft_replay.lake.schema import same_schema
 from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_LOCK, Rollback, dead_commits, delete_files
 
 if TYPE_CHECKING:
+    from kraft_replay.lake.deltars import FileStats
     from kraft_replay.lake.staged import StagedWrite
 
 Backend = Literal["auto", "deltars", "delta-spark"]
@@ -186,6 +187,22 @@ class Lake:
         from kraft_replay.lake import staged as _staged
 
         _staged.abort_staged(self._impl, _staged.check_staged(staged))
+
+    def rewrite(self, name: str, fn: Callable[[DataFrame], list[DataFrame]], replace_where: str,
+                touched: Callable[["FileStats"], bool] | None = None, columns: list[str] | None = None,
+                together_below: int = 0) -> CommitResult:
+        """Replace part of the partitions matching ``replace_where`` in one commit: the rows of the
+        files that ``touched`` picks by their statistics (``FileStats`` of ``columns``; None: every
+        file) are read as one DataFrame, and the DataFrames ``fn`` returns for them replace them, each
+        written to files of its own (so rows that will change again can be kept apart from rows that
+        will not) — unless the picked files hold fewer than ``together_below`` rows: then they are
+        written together, in one file (one write instead of several). ``fn`` must return every row
+        it was given that stays: a backend without per-file statistics (delta-spark) gives it every
+        row of the partitions."""
+        name = _valid_name(name)
+        pick = touched or (lambda _stats: True)
+        return self._write(name, lambda: self._impl.rewrite(name, fn, replace_where, pick, list(columns or []),
+                                                            together_below))
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
         """Upsert a small DataFrame: rows with equal ``keys`` are replaced, others inserted."""

@@ -129,6 +129,16 @@ class DeltaSparkBackend:
         after = self.version(name)
         return CommitResult(name, after if after != before else None, skipped=after == before)
 
+    def rewrite(self, name: str, fn: Any, replace_where: str, touched: Any, columns: list[str],
+                together_below: int = 0) -> CommitResult:
+        """The embedded backend's ``rewrite`` with no per-file choice: ``fn`` gets every row of the
+        matching partitions and its DataFrames replace them (one ``replaceWhere`` overwrite)."""
+        from functools import reduce
+
+        outs = list(fn(self.read(name, where=replace_where)))
+        df = reduce(DataFrame.unionByName, outs) if outs else self.spark.createDataFrame([], self.schema(name))
+        return self.write(name, df, mode="overwrite", replace_where=replace_where)
+
     def compact(self, name: str) -> CommitResult:
         self._table(name).optimize().executeCompaction()
         return CommitResult(name, self.version(name))

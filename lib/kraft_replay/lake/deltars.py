@@ -24,6 +24,7 @@ import os
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -76,6 +77,18 @@ class FileEntry:
     size: int
     num_records: int | None
     partition_values: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """A data file's statistics from its add action: rows, and per column min / max / null count
+    (a column absent from a dict: no statistic, anything is possible)."""
+
+    path: str
+    num_records: int | None
+    min: dict[str, Any] = field(default_factory=dict)
+    max: dict[str, Any] = field(default_factory=dict)
+    null_count: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -545,6 +558,78 @@ class DeltaRsBackend:
             files = self._matching(snap, where)
         df = self.read_files(snap, files)
         return df.where(where) if where is not None else df
+
+    # ---- rewrite: part of a partition replaced, chosen by file statistics --------------------
+
+    def file_stats(self, snap: Snapshot, columns: list[str]) -> dict[str, FileStats]:
+        """``columns``' statistics of every active file of ``snap`` (by relative path)."""
+        a = pa.table(snap.table.get_add_actions(flatten=True))
+        names = set(a.column_names)
+        paths = [unquote(p) for p in a.column("path").to_pylist()]
+        nums = a.column("num_records").to_pylist() if "num_records" in names else [None] * len(paths)
+
+        def col(prefix: str, c: str) -> list[Any]:
+            return a.column(f"{prefix}.{c}").to_pylist() if f"{prefix}.{c}" in names else [None] * len(paths)
+
+        got = {c: (col("min", c), col("max", c), col("null_count", c)) for c in columns}
+        out = {}
+        for i, p in enumerate(paths):
+            mins = {c: v[0][i] for c, v in got.items() if v[0][i] is not None}
+            maxs = {c: v[1][i] for c, v in got.items() if v[1][i] is not None}
+            nulls = {c: int(v[2][i]) for c, v in got.items() if v[2][i] is not None}
+            out[p] = FileStats(p, None if nums[i] is None else int(nums[i]), mins, maxs, nulls)
+        return out
+
+    def rewrite(self, name: str, fn: Callable[[DataFrame], Sequence[DataFrame]], replace_where: str,
+                touched: Callable[[FileStats], bool], columns: list[str], together_below: int = 0) -> CommitResult:
+        """Replace the rows of the files in the partitions matching ``replace_where`` that ``touched``
+        picks by their statistics of ``columns``: they are read as one DataFrame, ``fn`` gives the
+        DataFrames that replace them (each staged into files of its own: one file each when the
+        picked files hold at most ``target_file_rows`` rows; all in one file, one write, when they
+        hold fewer than ``together_below``), and one commit removes the picked files and adds the new
+        ones. Retried on a concurrent commit."""
+        for attempt in range(_OP_RETRIES):
+            snap = self.snapshot(name)
+            self._check_partition_predicate(snap, replace_where)
+            stats = self.file_stats(snap, columns)
+            hit = [f for f in self._matching(snap, replace_where)
+                   if f.path not in stats or touched(stats[f.path])]
+            stagings: list[str] = []
+            adds: list[tuple[AddAction, int]] = []
+            loc = self.location(name)
+            # few rows read (the usual case once the files that change are apart): one file per output
+            picked = sum(stats[f.path].num_records or 0 if f.path in stats else self.target_file_rows for f in hit)
+            few = picked <= self.target_file_rows
+            try:
+                outs = [conform(name, snap.schema, o) for o in fn(self.read_files(snap, hit))]
+                if outs and picked < together_below:
+                    outs = [reduce(DataFrame.unionByName, outs)]
+                for out in outs:
+                    staging, a = self._stage(name, snap, out.coalesce(1) if few else out)
+                    stagings.append(staging)
+                    adds += a
+                outside = self._not_matching(snap, [a.partition_values for a, _ in adds], replace_where) if adds else []
+                if outside:
+                    raise InvalidArgumentError(
+                        f"table {name!r}: rewrite of {replace_where!r} got rows in partition {outside[0]} that the "
+                        "predicate does not match; filter the DataFrame first")
+                now = int(time.time() * 1000)
+                removes = [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in hit]
+                if not adds and not removes:
+                    return CommitResult(name, None)
+                version = self._commit(name, snap, [a for a, _ in adds] + removes, None, "REWRITE")
+                return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+            except CommitFailedError as exc:
+                for st in stagings:
+                    _files.delete_staging(loc, st)
+                if attempt == _OP_RETRIES - 1:
+                    raise CommitConflictError(f"table {name!r}: rewrite kept conflicting with concurrent writers "
+                                              f"({str(exc).splitlines()[0]}); retry the job") from None
+            except BaseException:
+                for st in stagings:
+                    _files.delete_staging(loc, st)
+                raise
+        raise AssertionError("unreachable")
 
     # ---- merge, compaction, vacuum, history --------------------------------------------------
 
