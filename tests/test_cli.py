@@ -104,3 +104,21 @@ def test_demo_with_an_unknown_scenario_is_one_line_before_spark(capsys, tmp_path
     err = capsys.readouterr().err
     assert err.startswith("kraft-replay demo: error: scenario 'nosuch' not found") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--mode", "stream", "--incremental"], "--incremental is --mode batch's"),
+    (["--available-now", "--incremental"], "--incremental is --mode batch's"),
+    (["--full"], "--full is an option of --mode stream"),
+    (["--trigger", "1", "--available-now"], "--trigger and --available-now exclude each other"),
+    (["--mode", "batch", "--available-now"], "--available-now is an option of --mode stream"),
+])
+def test_replay_mode_options_that_do_not_fit_are_one_line_before_spark(capsys, tmp_path, args, says):
+    """``replay``'s batch-only and stream-only options (``--incremental``, ``--full``, ``--trigger`` ...):
+    a combination that does not fit is one line and exit 2, before any lake or Spark session."""
+    from kraft_replay.serve.cli import main
+
+    assert main(["replay", "--lake", str(tmp_path / "lake"), *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "lake").exists()

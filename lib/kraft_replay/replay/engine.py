@@ -39,7 +39,7 @@ from kraft_replay.replay.topics import topic_removals, topic_replacements, topic
 from kraft_replay.replay.versioning import MAIN, anomaly, conform, union_all
 from kraft_replay.replay.zk_migration_state import zk_migration_state
 
-__all__ = ["ReplayTables", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
+__all__ = ["ReplayTables", "Resume", "TABLE_RECORDS", "tables_changed_by", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
 
 #: SQL settings replay_tables sets on the session (see its docstring)
 SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false"}
@@ -77,14 +77,44 @@ def cut(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=False)
 
 
+#: the record types (api keys) that change each versioned table: a table whose types are absent
+#: from a log tail gets no new version from it (facts §5.2-§5.5; a RemoveTopicRecord or a TopicRecord
+#: for an existing id also closes partitions and topic configs)
+TABLE_RECORDS: dict[str, frozenset[int]] = {
+    "topics": frozenset({API["TOPIC"], API["REMOVE_TOPIC"]}),
+    "partitions": frozenset({API["PARTITION"], API["PARTITION_CHANGE"], API["TOPIC"], API["REMOVE_TOPIC"]}),
+    "configs": frozenset({API["CONFIG"], API["REMOVE_TOPIC"]}),
+    "brokers": frozenset({API["REGISTER_BROKER"], API["UNREGISTER_BROKER"], API["FENCE_BROKER"], API["UNFENCE_BROKER"],
+                          API["BROKER_REGISTRATION_CHANGE"]}),
+    "controllers": frozenset({API["REGISTER_CONTROLLER"]}),
+    "features": frozenset({API["FEATURE_LEVEL"]}),
+    "client_quotas": frozenset({API["CLIENT_QUOTA"]}),
+    "acls": frozenset({API["ACCESS_CONTROL_ENTRY"], API["REMOVE_ACCESS_CONTROL_ENTRY"]}),
+    "scram_credentials": frozenset({API["USER_SCRAM_CREDENTIAL"], API["REMOVE_USER_SCRAM_CREDENTIAL"]}),
+    "delegation_tokens": frozenset({API["DELEGATION_TOKEN"], API["REMOVE_DELEGATION_TOKEN"]}),
+    "producer_ids": frozenset({API["PRODUCER_IDS"]}),
+    "zk_migration_state": frozenset({API["ZK_MIGRATION_STATE"]}),
+}
+
+
+def tables_changed_by(api_keys: set[int]) -> set[str]:
+    """The versioned tables that records of ``api_keys`` can change (:data:`TABLE_RECORDS`)."""
+    return {t for t, keys in TABLE_RECORDS.items() if keys & set(api_keys)}
+
+
 def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
-                   loads: DataFrame | None = None, checkpoint: Checkpoint = _same) -> tuple[dict[str, DataFrame], DataFrame]:
+                   loads: DataFrame | None = None, checkpoint: Checkpoint = _same,
+                   domains: set[str] | None = None) -> tuple[dict[str, DataFrame], DataFrame]:
     """Facts §5.2-§5.6: the versions of every versioned table (with ``_sid``) and the internal
     anomaly rows, from the applied records of one or more streams. ``fresh``: the versions of the
     loaded snapshots' own replays; ``loads``: where they are loaded. ``checkpoint`` materialises the
     frames several outputs read (e.g. ``DataFrame.localCheckpoint``); the default leaves the plan
-    whole."""
+    whole. ``domains``: only these tables (and what they read: topics for partitions and configs);
+    None: every one."""
     fr = fresh or {}
+    wanted = set(VERSIONED_TABLES) if domains is None else set(domains)
+    if wanted & {"partitions", "configs"}:
+        wanted.add("topics")
 
     def f(name: str) -> DataFrame | None:
         return fr.get(name) if fresh is not None else None
@@ -94,37 +124,51 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     # the partition records (nearly all of a log) apart from the rest: the other domains read few rows
     is_part = F.col("api_key").isin(API["PARTITION"], API["PARTITION_CHANGE"])
     part_cols = [c for c in ("partition", "partition_change") if c in recs.columns]
-    part_recs = checkpoint(recs.where(is_part).select(
-        *[c for c in recs.columns if c not in PAYLOAD_COLUMNS], *part_cols))
+    if "partitions" in wanted:
+        part_recs = checkpoint(recs.where(is_part).select(
+            *[c for c in recs.columns if c not in PAYLOAD_COLUMNS], *part_cols))
     recs = checkpoint(recs.where(~is_part))
-    out["topics"], a, topics_ann = topics(recs, f("topics"), loads)
-    topics_ann = checkpoint(topics_ann)
-    out["topics"] = checkpoint(out["topics"])
-    anomalies.append(a)
-    removals = topic_removals(topics_ann)
-    replacements = topic_replacements(topics_ann)
-    drops = removals.drop("topic_name").unionByName(replacements)
-    out["partitions"], a, dropped = partitions(part_recs, topics_ann, drops, f("partitions"), loads)
-    out["partitions"], a, dropped = checkpoint(out["partitions"]), checkpoint(a), checkpoint(dropped)
-    anomalies.append(a)
-    rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
-    anomalies.append(anomaly(rep, "TOPIC_REPLACED", F.concat(F.lit("topic "), F.col("topic_id")),
-                             F.format_string("TopicRecord for existing topic id %s: its %d partitions are dropped",
-                                             F.col("topic_id"), F.coalesce(F.col("dropped"), F.lit(0))),
-                             offset=F.col("_ord")))
-    out["brokers"], a = brokers(recs, f("brokers"), loads)
-    out["brokers"] = checkpoint(out["brokers"])
-    anomalies.append(checkpoint(a))
-    out["configs"], a, _ = configs(recs, removals, f("configs"), loads)
-    out["configs"] = checkpoint(out["configs"])
-    anomalies.append(checkpoint(a))
+    if "topics" in wanted:
+        out["topics"], a, topics_ann = topics(recs, f("topics"), loads)
+        topics_ann = checkpoint(topics_ann)
+        out["topics"] = checkpoint(out["topics"])
+        anomalies.append(a)
+        removals = topic_removals(topics_ann)
+        replacements = topic_replacements(topics_ann)
+    if "partitions" in wanted:
+        drops = removals.drop("topic_name").unionByName(replacements)
+        out["partitions"], a, dropped = partitions(part_recs, topics_ann, drops, f("partitions"), loads)
+        out["partitions"], a, dropped = checkpoint(out["partitions"]), checkpoint(a), checkpoint(dropped)
+        anomalies.append(a)
+        rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
+        anomalies.append(anomaly(rep, "TOPIC_REPLACED", F.concat(F.lit("topic "), F.col("topic_id")),
+                                 F.format_string("TopicRecord for existing topic id %s: its %d partitions are dropped",
+                                                 F.col("topic_id"), F.coalesce(F.col("dropped"), F.lit(0))),
+                                 offset=F.col("_ord")))
+    if "brokers" in wanted:
+        out["brokers"], a = brokers(recs, f("brokers"), loads)
+        out["brokers"] = checkpoint(out["brokers"])
+        anomalies.append(checkpoint(a))
+    if "configs" in wanted:
+        out["configs"], a, _ = configs(recs, removals, f("configs"), loads)
+        out["configs"] = checkpoint(out["configs"])
+        anomalies.append(checkpoint(a))
     for name, fn in (("controllers", controllers), ("features", features), ("client_quotas", client_quotas),
                      ("acls", acls), ("scram_credentials", scram_credentials), ("delegation_tokens", delegation_tokens),
                      ("producer_ids", producer_ids), ("zk_migration_state", zk_migration_state)):
+        if name not in wanted:
+            continue
         out[name], a, _ = fn(recs, f(name), loads)
         out[name] = checkpoint(out[name])
         anomalies.append(checkpoint(a))
-    return out, checkpoint(union_all(anomalies))
+    return out, checkpoint(union_all(anomalies) if anomalies else _no_anomalies(recs))
+
+
+def _no_anomalies(recs: DataFrame) -> DataFrame:
+    """No internal anomaly rows, with their columns (what :func:`kraft_replay.replay.versioning.anomaly` makes)."""
+    return recs.sparkSession.createDataFrame(
+        [], "cluster_id string, _sid long, offset long, reason_code string, entity string, record_type string, "
+            "message string")
 
 
 def finish_anomalies(internal: DataFrame) -> DataFrame:
@@ -179,23 +223,55 @@ def _snapshot_records(snapshots: DataFrame, loads: DataFrame) -> DataFrame:
                     "api_key", "record_type", *[c for c in PAYLOAD_COLUMNS if c in s.columns])
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where an incremental replay resumes (docs/design.md, "Incremental replay"): the image of
+    ``cluster_id`` as of offset ``at`` — ``image``: per versioned table, the entities alive then
+    (contract columns, ``valid_to_*`` null) — is loaded like a snapshot ending at ``at`` + 1 (facts
+    §5.6), and the log records after ``at`` are replayed on it. ``at_time``: the append time of the
+    batch holding ``at``. ``domains``: the versioned tables to replay (the others get no new version
+    from the records after ``at``)."""
+
+    cluster_id: str
+    at: int
+    at_time: object
+    image: dict[str, DataFrame]
+    domains: frozenset[str]
+
+
+_CATALOG = ("cluster_id string, snapshot_end_offset long, snapshot_epoch int, snapshot_kind string, complete boolean, "
+            "header_time timestamp")
+
+
 def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, has_loads: bool | None = None,
-                  checkpoint: Checkpoint = _same) -> ReplayTables:
+                  checkpoint: Checkpoint = _same, resume: Resume | None = None) -> ReplayTables:
     """Every silver table from the bronze ``metadata_log`` / ``metadata_control`` /
     ``snapshot_records`` DataFrames of any number of clusters. ``has_loads`` False skips the
     snapshot-loading branch of the plan (None: decided with one cheap ``isEmpty`` on the loads).
     ``checkpoint``: see :func:`replay_domains` (the batch job materialises each stage once).
 
+    ``resume``: replay one cluster's log records after ``resume.at`` (``log`` / ``control``: its rows
+    with a greater offset) on its image as of ``resume.at``, loaded as the only snapshot
+    (``snapshots`` is not read); the versioned tables hold the versions of ``resume.domains`` only,
+    including those the load itself makes at ``resume.at`` (the caller keeps the stored ones), and
+    ``log_batches`` / ``log_commit`` describe the records after ``resume.at`` alone.
+
     Sets ``spark.sql.constraintPropagation.enabled`` to false on the session (:data:`SESSION_CONF`):
     the plan is wide (many unions of windowed frames) and Spark 4.2's constraint inference on unions
     fails on it ("key not found" while checkpointing) besides being slow; it only infers filters."""
+    spark = log.sparkSession
     for k, v in SESSION_CONF.items():
-        log.sparkSession.conf.set(k, v)
+        spark.conf.set(k, v)
     positions = checkpoint(L.log_positions(log, control))
     batches = checkpoint(L.mark_divergent(checkpoint(L.log_batches(positions))))
-    clusters = (log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
-                .distinct())
-    catalog = L.snapshot_catalog(snapshots, control)
+    if resume is None:
+        clusters = (log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
+                    .distinct())
+        catalog = L.snapshot_catalog(snapshots, control)
+    else:  # the image at ``at`` stands for a snapshot ending at at + 1, the only one
+        clusters = spark.createDataFrame([(resume.cluster_id,)], "cluster_id string")
+        catalog = spark.createDataFrame([(resume.cluster_id, resume.at + 1, -1, "snapshot", True, resume.at_time)], _CATALOG)
+        has_loads = True
     catalog = checkpoint(catalog)
     usable = checkpoint(L.usable_snapshots(catalog))
     starts = checkpoint(L.replay_starts(positions, batches, usable, clusters))
@@ -212,7 +288,11 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
 
     if has_loads is None:
         has_loads = not loads.isEmpty()
-    if has_loads:
+    if resume is not None:
+        sid = F.lit(resume.at + 1).cast("long")
+        fresh = {t: df.withColumn("_sid", sid) for t, df in resume.image.items()}
+        versions, internal = replay_domains(recs, fresh, loads, checkpoint=checkpoint, domains=set(resume.domains))
+    elif has_loads:
         fresh, fresh_anomalies = replay_domains(_snapshot_records(snapshots, loads), checkpoint=checkpoint)
         versions, main_anomalies = replay_domains(recs, fresh, loads, checkpoint=checkpoint)
         internal = fresh_anomalies.unionByName(main_anomalies)
@@ -222,12 +302,13 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
         L.conflicting_copies(copies, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
         L.gap_anomalies(gaps), L.transaction_anomalies(txns), finish_anomalies(internal),
     ])
-    tables = {t: conform(versions[t].where(F.col("_sid") == MAIN), t) for t in VERSIONED_TABLES}
+    tables = {t: conform(versions[t].where(F.col("_sid") == MAIN), t) for t in VERSIONED_TABLES if t in versions}
     anomalies = checkpoint(anomalies)
     tables["replay_anomalies"] = conform(anomalies, "replay_anomalies")
     commit = checkpoint(L.commit_certainty(batches, usable, starts))
     tables["log_batches"] = conform(L.log_batches_table(batches, commit, spans, starts), "log_batches")
     tables["log_commit"] = log_commit(starts, commit, batches, kept, gaps, anomalies, txns)
-    assert set(tables) == set(SILVER_TABLES)
+    assert resume is not None or set(tables) == set(SILVER_TABLES)
     return ReplayTables(tables, L.divergent_quarantine(log, batches),
-                        {"batches": batches, "starts": starts, "loads": loads, "records": recs})
+                        {"batches": batches, "starts": starts, "loads": loads, "records": recs, "spans": spans,
+                         "gaps": gaps, "kept": kept, "txns": txns, "usable": usable})

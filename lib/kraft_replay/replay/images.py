@@ -81,7 +81,8 @@ def metadata_version_changes(features: DataFrame) -> DataFrame:
                     F.col("feature_level").cast("short").alias("metadata_version_level")))
 
 
-def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None = None) -> DataFrame:
+def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None = None,
+                    since: int | None = None) -> DataFrame:
     """The ``image_snapshots`` table (schemas.IMAGE_SNAPSHOTS_SCHEMA): the full image — every live
     entity of every domain in ``versions`` — at each metadata.version change
     (:func:`metadata_version_changes`, trigger ``METADATA_VERSION_CHANGE``) and at each row of
@@ -89,8 +90,11 @@ def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None 
     image found with one range join per domain (:func:`as_of_range`). ``dropped`` (seed 001, facts
     §6.3): what the snapshot written at the image's ``metadata_version_level`` leaves out of the entity
     (:func:`kraft_replay.replay.losses.dropped_at`; a null field is the whole entity) — after a lossy
-    metadata.version downgrade, the snapshot written at the new level and what it dropped."""
+    metadata.version downgrade, the snapshot written at the new level and what it dropped. ``since``:
+    only the images at offsets after it (an incremental replay's)."""
     at = metadata_version_changes(versions["features"]).withColumn("trigger", F.lit("METADATA_VERSION_CHANGE"))
+    if since is not None:
+        at = at.where(F.col("image_offset") > F.lit(since))
     if requested is not None:
         mv = (as_of_range(versions["features"].where(F.col("name") == METADATA_VERSION),
                           requested.select("cluster_id", F.col("image_offset").cast("long")), "image_offset")

@@ -7,7 +7,10 @@ per table (``replace_where``); the divergent copies replace the replayed cluster
 ``DIVERGENT_UNCOMMITTED`` rows of ``ingest_quarantine`` (nothing else of it is touched); then every
 written table is published at once. Each stage is checkpointed locally (computed once, when the
 first table needs it; lineage cut: :func:`kraft_replay.replay.engine.cut`) so that the tables reading
-it neither recompute nor re-plan it. Progress lines go to ``say``.
+it neither recompute nor re-plan it. Every run also writes ``replay_progress`` (what it read of
+bronze), from which ``run_replay(incremental=True)`` resumes a cluster's stored replay with only the
+records published since (:mod:`kraft_replay.replay.incremental`: one run per resumed cluster), or
+replays it whole when that cannot be done. Progress lines go to ``say``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class ReplaySummary:
     commit: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     published: dict[str, int] | None = None
+    modes: dict[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """A one-screen summary: rows per table, anomalies by code, where each cluster's replay started."""
@@ -69,6 +73,8 @@ class ReplaySummary:
             out.append("  anomalies: none")
         if self.quarantined:
             out.append(f"  {QUARANTINE}: {self.quarantined} DIVERGENT_UNCOMMITTED record(s)")
+        for c, mode in sorted(self.modes.items()):
+            out.append(f"  {c}: {mode}")
         if self.published is not None:
             out.append(f"  published: run {self.run_id} ({len(self.published)} tables): visible to readers")
         return out
@@ -99,12 +105,15 @@ def _read_bronze(lake, clusters: Sequence[str] | None) -> tuple[DataFrame, DataF
 
 def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
                say: Callable[[str], None] = print, checkpoint: Callable[[DataFrame], DataFrame] | None = None,
-               image_at: Sequence[int] = (), clusters: Sequence[str] | None = None) -> ReplaySummary:
+               image_at: Sequence[int] = (), clusters: Sequence[str] | None = None,
+               incremental: bool = False) -> ReplaySummary:
     """Replay the bronze tables of ``cluster_id`` (or of the list ``clusters``; default: every cluster
     in them) into every silver
     table of :data:`kraft_replay.replay.schemas.SILVER_TABLES` and ``image_snapshots`` (the full image
     at every metadata.version change and at each offset of ``image_at``, for every replayed
-    cluster; see the module docstring)."""
+    cluster; see the module docstring). ``incremental``: a cluster whose stored replay can be
+    resumed gets only the records published since (:mod:`kraft_replay.replay.incremental`; one run
+    per cluster), one with nothing new is left as it is, the others are replayed whole."""
     bad = [o for o in image_at if o < 0]
     if bad:
         raise ReplayError(f"--image-at {bad[0]}: an image offset is >= 0")
@@ -124,12 +133,122 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
         raise ReplayError(f"lake {lake.root}: the bronze tables hold no rows of {what}: ingest its files first"
                           + ("" if cluster_id is None else " (or check --cluster-id)"))
     say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
-    return _run(spark, lake, run_id, clusters, log, control, snapshots, checkpoint or cut, say, t0, list(image_at))
+    ckpt = checkpoint or cut
+    if not incremental:
+        return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
+    return _run_incremental(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
+
+
+def _stored(lake, table: str, clusters: list[str]) -> dict[str, dict]:  # noqa: ANN001 - a Lake
+    if not lake.exists(table):
+        return {}
+    return {r["cluster_id"]: r.asDict() for r in lake.read(table, where=cluster_where(clusters)).collect()}
+
+
+def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame,  # noqa: ANN001, PLR0913
+                     control: DataFrame, snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame],
+                     say: Callable[[str], None], t0: float, image_at: list[int]) -> ReplaySummary:
+    """``run_replay(incremental=True)``: each cluster resumed, left as it is or replayed whole."""
+    from kraft_replay.replay import incremental as inc
+
+    progress = _stored(lake, inc.REPLAY_PROGRESS, clusters)
+    commits = _stored(lake, "log_commit", clusters)
+    counts = inc.bronze_counts(log, control, snapshots,
+                               {c: p["through_offset"] for c, p in progress.items() if p["through_offset"] is not None})
+    summary = ReplaySummary(run_id, clusters)
+    full: list[inc.Plan] = []
+    for c in clusters:
+        p = inc.plan(c, progress.get(c), commits.get(c), counts.get(c, inc.BronzeCounts()),
+                     snapshots.where(F.col("cluster_id") == c), control.where(F.col("cluster_id") == c))
+        if p.mode == "CURRENT" and inc.missing_images(lake, c, image_at):
+            p = inc.Plan(c, "FULL", "--image-at asks for an image the stored replay does not keep", counts=p.counts)
+        if p.mode == "INCREMENTAL":
+            done = inc.resume(spark, lake, p, log, control, ckpt, image_at, say=say)
+            if done.fallback is None:
+                _write_increment(spark, lake, done, f"{run_id}-{len(summary.modes)}", summary, say, t0)
+                continue
+            p = inc.Plan(c, "FULL", done.fallback, counts=p.counts)
+        summary.modes[c] = p.mode if p.mode == "CURRENT" else f"FULL ({p.reason})"
+        say(f"  {c}: " + ("up to date (no new bronze rows)" if p.mode == "CURRENT" else f"replayed whole: {p.reason}"))
+        if p.mode == "FULL":
+            full.append(p)
+    if full:
+        whole = _run(spark, lake, run_id, [p.cluster_id for p in full], log, control, snapshots, ckpt, say, t0,
+                     image_at, plans=full)
+        summary.rows.update(whole.rows)
+        summary.quarantined = whole.quarantined
+        summary.published = {**(summary.published or {}), **(whole.published or {})}
+    where = cluster_where(clusters)
+    if lake.exists("replay_anomalies"):
+        an = lake.read("replay_anomalies", where=where).groupBy("reason_code").count().collect()
+        summary.anomalies_by_code = {r["reason_code"]: r["count"] for r in an}
+        summary.commit = [r.asDict() for r in lake.read("log_commit", where=where).orderBy("cluster_id").collect()]
+    summary.seconds = time.time() - t0
+    return summary
+
+
+def _write_increment(spark: SparkSession, lake, done, run_id: str, summary: ReplaySummary,  # noqa: ANN001
+                     say: Callable[[str], None], t0: float) -> None:
+    """One run for a resumed cluster: the merged tables replace its rows, the new rows are appended,
+    then ``log_commit``, ``replay_progress`` (and ``broker_applied``) — published at once."""
+    from kraft_replay.replay import incremental as inc
+
+    c = done.plan.cluster_id
+    where = cluster_where([c])
+    progress = lake.exists(PROGRESS)
+    tables = ([*done.rewrites, *done.tables, *done.appends, "log_commit", inc.REPLAY_PROGRESS]
+              + ([BROKER_APPLIED] if progress else []))
+    say(f"  {c}: resumed at offset {done.plan.at}: {done.new_records} new record(s); writing "
+        f"{', '.join(sorted({*done.rewrites, *done.tables, *done.appends})) or 'no versioned table'}")
+    at = done.plan.at
+    lake.start_run(run_id, tables)
+    try:
+        for name, new in done.rewrites.items():
+            r = lake.rewrite(name, lambda rows, t=name, n=new: inc.split_current(inc.merge_versions(rows, n, t, at)),
+                             replace_where=where, touched=lambda st: inc.may_change(st, at), columns=inc.VERSION_STATS,
+                             together_below=inc.TOGETHER_BELOW)
+            summary.rows[name] = r.rows
+            say(f"  {name}: {r.removed_files} file(s) of current versions rewritten into {r.files} "
+                f"({r.rows} rows; v{r.version}, {time.time() - t0:.0f} s)")
+        for name, df in done.tables.items():
+            r = lake.overwrite(name, df, replace_where=where)
+            summary.rows[name] = r.rows
+            say(f"  {name}: {r.rows} rows rewritten (v{r.version}, {time.time() - t0:.0f} s)")
+        for name, df in done.appends.items():
+            r = lake.append(name, df)
+            summary.rows[name] = summary.rows.get(name, 0) + r.rows
+            say(f"  {name}: {r.rows} rows appended (v{r.version}, {time.time() - t0:.0f} s)")
+        commit = spark.createDataFrame([tuple(done.commit_row[f.name] for f in spark_schema("log_commit"))],
+                                       spark_schema("log_commit"))
+        lake.overwrite("log_commit", commit, replace_where=where)
+        _write_progress(spark, lake, run_id, [done.plan], {c: done.through}, {c: done.new_records}, where)
+        if progress:
+            lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
+            r = lake.overwrite(BROKER_APPLIED, broker_applied(lake.read(PROGRESS, where=where)), replace_where=where)
+            say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
+        summary.published = {**(summary.published or {}), **lake.publish(tables, run_id)}
+    except BaseException:
+        lake.end_run()
+        raise
+    summary.modes[c] = f"INCREMENTAL (resumed at {done.plan.at}, {done.new_records} new records)"
+
+
+def _write_progress(spark: SparkSession, lake, run_id: str, plans: list, through: dict[str, int | None],  # noqa: ANN001
+                    new_records: dict[str, int], where: str) -> None:
+    from kraft_replay.replay import incremental as inc
+
+    lake.create_table(inc.REPLAY_PROGRESS, from_arrow_schema(inc.REPLAY_PROGRESS_SCHEMA), partition_by=["cluster_id"])
+    lake.overwrite(inc.REPLAY_PROGRESS, inc.progress_rows(spark, run_id, plans, through, new_records), replace_where=where)
 
 
 def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame, control: DataFrame,  # noqa: ANN001, PLR0913
          snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame], say: Callable[[str], None], t0: float,
-         image_at: list[int]) -> ReplaySummary:
+         image_at: list[int], plans: list | None = None) -> ReplaySummary:
+    from kraft_replay.replay import incremental as inc
+
+    if plans is not None:  # the clusters replayed whole by an incremental run: only theirs
+        only = F.col("cluster_id").isin(*clusters)
+        log, control, snapshots = log.where(only), control.where(only), snapshots.where(only)
     res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt)
     say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
         f"computed once, when the first table needs it)")
@@ -141,7 +260,8 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
         summary.quarantined > 0
         or not lake.read(QUARANTINE, where=where).where(F.col("reason_code") == "DIVERGENT_UNCOMMITTED").isEmpty())
     progress = lake.exists(PROGRESS)
-    tables = [*SILVER_TABLES, IMAGE_SNAPSHOTS] + ([BROKER_APPLIED] if progress else []) + ([QUARANTINE] if write_q else [])
+    tables = ([*SILVER_TABLES, IMAGE_SNAPSHOTS, inc.REPLAY_PROGRESS] + ([BROKER_APPLIED] if progress else [])
+              + ([QUARANTINE] if write_q else []))
     lake.start_run(run_id, tables)
     try:
         for name, spec in SILVER_TABLES.items():
@@ -163,6 +283,16 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
             r = lake.overwrite(BROKER_APPLIED, applied, replace_where=where)
             summary.rows[BROKER_APPLIED] = r.rows
             say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
+        if plans is None:
+            counts = inc.bronze_counts(log, control, snapshots)
+            plans = [inc.Plan(c, "FULL", "a full replay was asked for", counts=counts.get(c, inc.BronzeCounts()))
+                     for c in clusters]
+        ends = {r["cluster_id"]: r["m"] for r in res.stages["usable"].groupBy("cluster_id")
+                .agg(F.max("snapshot_end_offset").alias("m")).collect()}
+        for p in plans:
+            p.max_snapshot_end = ends.get(p.cluster_id)
+        replayed = {r["cluster_id"]: r["replayed_records"] for r in res["log_commit"].select("cluster_id", "replayed_records").collect()}
+        _write_progress(spark, lake, run_id, plans, {p.cluster_id: p.counts.max_offset for p in plans}, replayed, where)
         if write_q:
             old = (lake.read(QUARANTINE, where=where).where(F.col("reason_code") != "DIVERGENT_UNCOMMITTED")
                    .localCheckpoint(eager=True))

@@ -4,9 +4,12 @@ reads them. With broker metrics in the lake (``broker_progress``), ``broker_appl
 gold ``cache_lag`` (:mod:`kraft_replay.outcomes.cache_lag`) are written too. Exit 0 with a summary;
 exit 2 with one line on bad input (missing bronze tables, an unknown cluster), nothing published.
 
+``--incremental`` resumes each cluster's stored replay with the bronze rows published since
+(:mod:`kraft_replay.replay.incremental`), replaying whole the clusters it cannot resume.
+
 ``--mode stream`` (:mod:`.replay_stream`) keeps the same tables current with Structured Streaming:
 ``--trigger SECONDS`` runs until interrupted (or ``--run-for``), ``--available-now`` processes what
-is new and stops.
+is new and stops; its micro-batches resume the stored replay (``--full``: replay whole).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog="examples:\n"
                "  kraft-replay replay --lake ./lake                                  # batch, every cluster\n"
                "  kraft-replay replay --lake ./lake --cluster-id C --image-at 7751\n"
+               "  kraft-replay replay --lake ./lake --incremental                    # only what was published since\n"
                "  kraft-replay replay --lake ./lake --available-now                  # stream what is new, then stop\n"
                "  kraft-replay replay --lake ./lake --mode stream --trigger 1        # live, until interrupted\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--image-at", type=int, action="append", default=[], metavar="O",
                    help="also keep the full image at offset O in image_snapshots (repeatable; images at every "
                         "metadata.version change are always kept)")
+    p.add_argument("--incremental", action="store_true",
+                   help="batch: bring each cluster up to date from the bronze rows published since its last replay "
+                        "(its stored image as the start); a cluster whose earlier records changed is replayed whole "
+                        "(the summary says why). Stream mode does this by default")
+    p.add_argument("--full", action="store_true",
+                   help="stream: each micro-batch replays the clusters it touched whole, from all their bronze rows")
     p.add_argument("--lag-bucket", type=float, default=1.0, metavar="SECONDS",
                    help="time bucket of cache_lag (written when the lake holds broker_progress; default 1)")
     p.set_defaults(func=run)
@@ -70,6 +80,10 @@ def _mode(args: argparse.Namespace) -> str:
             raise _user_error(ValueError(f"{name} must be > 0 seconds, got {v:g}"))
     if args.run_for is not None and args.available_now:
         raise _user_error(ValueError("--run-for and --available-now exclude each other: --available-now stops by itself"))
+    if mode == "stream" and args.incremental:
+        raise _user_error(ValueError("--incremental is --mode batch's: stream mode is incremental unless --full"))
+    if mode == "batch" and args.full:
+        raise _user_error(ValueError("--full is an option of --mode stream (a batch replay is whole unless --incremental)"))
     return mode
 
 
@@ -89,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_stream(args, spark, lake, say)
 
     try:
-        summary = run_replay(spark, lake, cluster_id=args.cluster_id, say=say, image_at=args.image_at)
+        summary = run_replay(spark, lake, cluster_id=args.cluster_id, say=say, image_at=args.image_at,
+                             incremental=args.incremental)
     except ReplayError as exc:
         raise _user_error(exc) from None
     from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
@@ -115,7 +130,7 @@ def _run_stream(args: argparse.Namespace, spark, lake, say) -> int:  # noqa: ANN
     try:
         report = run_stream(spark, lake, cluster_id=args.cluster_id, trigger_seconds=args.trigger or 1.0,
                             available_now=args.available_now, checkpoint=args.checkpoint, run_for=args.run_for,
-                            lag_bucket=args.lag_bucket, image_at=args.image_at, say=say)
+                            lag_bucket=args.lag_bucket, image_at=args.image_at, incremental=not args.full, say=say)
     except (ReplayError, IngestError, StreamFailed) as exc:
         raise _user_error(exc) from None
     if args.json:

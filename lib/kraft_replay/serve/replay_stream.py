@@ -6,15 +6,16 @@ One streaming query reads the lake's bronze tables (``metadata_log``, ``metadata
 delivers published ingest runs, and hands every micro-batch to ``foreachBatch``:
 
 * clusters with new log rows (any of the three log tables): the silver tables of those clusters are
-  replayed again from their bronze rows (:func:`kraft_replay.replay.run.run_replay`), then
-  ``cache_lag`` (:func:`kraft_replay.outcomes.cache_lag.write_cache_lag`);
+  brought up to date (:func:`kraft_replay.replay.run.run_replay` with ``incremental``: the stored
+  replay resumed with the records published since, or replayed whole from the bronze rows when it
+  cannot be), then ``cache_lag`` (:func:`kraft_replay.outcomes.cache_lag.write_cache_lag`);
 * clusters with only new metric samples: ``broker_applied`` and ``cache_lag`` of those clusters
   (the versioned tables do not read metrics), for clusters the replay already knows;
 * then, when the lake holds client request tables and ``broker_applied``, the outcome tables of every
   touched cluster (:func:`kraft_replay.outcomes.run.write_outcomes`: consistency tokens, fencing).
 
-Every write is a published run that replaces the clusters' rows, so the tables always equal a batch
-replay of the bronze tables as published at some moment: a micro-batch replayed after a crash (Spark
+Every write is a published run (replacing the clusters' rows, or appending a resumed replay's new
+ones), so the tables always equal a batch replay of the bronze tables as published at some moment: a micro-batch replayed after a crash (Spark
 re-runs the batch whose offsets it logged but did not commit) writes the same rows again, a killed
 run is rolled back by the next one, nothing is duplicated and nothing is skipped. Checkpoints live
 under the lake (``_streams/replay`` by default) so a restart resumes where the last run stopped.
@@ -43,6 +44,7 @@ class StreamReport:
 
     batches: int = 0
     replays: int = 0
+    incremental: int = 0
     metric_updates: int = 0
     outcome_updates: int = 0
     batch_seconds: list[float] = field(default_factory=list)
@@ -51,7 +53,8 @@ class StreamReport:
         if not self.batches:
             return "replay stream: no new bronze rows"
         s = sorted(self.batch_seconds)
-        return (f"replay stream: {self.batches} micro-batch(es), {self.replays} cluster replay(s), "
+        return (f"replay stream: {self.batches} micro-batch(es), {self.replays} cluster replay(s) "
+                f"({self.incremental} resumed, {self.replays - self.incremental} whole), "
                 f"{self.metric_updates} metrics-only update(s), {self.outcome_updates} outcome update(s); seconds per batch p50 {s[len(s) // 2]:.1f}, "
                 f"max {s[-1]:.1f}")
 
@@ -71,7 +74,7 @@ def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | No
 
 
 def _micro_batch(spark: SparkSession, lake, batch: DataFrame, batch_id: int, report: StreamReport,  # noqa: ANN001
-                 say: Callable[[str], None], lag_bucket: float, image_at: Sequence[int]) -> None:
+                 say: Callable[[str], None], lag_bucket: float, image_at: Sequence[int], incremental: bool) -> None:
     from kraft_replay.outcomes.cache_lag import write_cache_lag
     from kraft_replay.outcomes.run import write_outcomes
     from kraft_replay.replay.run import run_broker_applied, run_replay
@@ -92,8 +95,9 @@ def _micro_batch(spark: SparkSession, lake, batch: DataFrame, batch_id: int, rep
     say(f"batch {batch_id}: {rows} new bronze row(s); replaying {', '.join(log_clusters) or 'nothing'}"
         + (f"; metrics of {', '.join(metric_only)}" if metric_only else ""))
     if log_clusters:
-        summary = run_replay(spark, lake, clusters=log_clusters, say=sub, image_at=image_at)
+        summary = run_replay(spark, lake, clusters=log_clusters, say=sub, image_at=image_at, incremental=incremental)
         report.replays += len(summary.clusters)
+        report.incremental += sum(m.startswith("INCREMENTAL") for m in summary.modes.values())
         write_cache_lag(lake, summary.clusters, say=sub, bucket_s=lag_bucket)
     if metric_only:
         run_broker_applied(spark, lake, metric_only, say=sub)
@@ -110,9 +114,12 @@ def _micro_batch(spark: SparkSession, lake, batch: DataFrame, batch_id: int, rep
 def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
                trigger_seconds: float | None = 1.0, available_now: bool = False, checkpoint: str | None = None,
                run_for: float | None = None, lag_bucket: float = 1.0, image_at: Sequence[int] = (),
-               max_files_per_trigger: int | None = None, say: Callable[[str], None] = print) -> StreamReport:
+               max_files_per_trigger: int | None = None, incremental: bool = True,
+               say: Callable[[str], None] = print) -> StreamReport:
     """Run the replay stream until it is idle (``available_now``), ``run_for`` seconds have passed,
-    or it is interrupted; returns what it did. A failing micro-batch stops the query and raises."""
+    or it is interrupted; returns what it did. A failing micro-batch stops the query and raises.
+    ``incremental``: each touched cluster's stored replay is resumed with the records published since
+    (``run_replay(incremental=True)``); False: replayed whole."""
     from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
     from kraft_replay.replay.run import check_bronze
 
@@ -123,7 +130,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     ckpt = checkpoint or default_checkpoint(lake.root, cluster_id)
     trig = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds:g} seconds"}
     query = (changes(lake, cluster_id, max_files_per_trigger).writeStream
-             .foreachBatch(lambda df, bid: _micro_batch(spark, lake, df, bid, report, say, lag_bucket, image_at))
+             .foreachBatch(lambda df, bid: _micro_batch(spark, lake, df, bid, report, say, lag_bucket, image_at, incremental))
              .option("checkpointLocation", ckpt).trigger(**trig).queryName("kraft_replay_replay").start())
     say(f"replay stream: checkpoint {ckpt}; " + ("processing what is new, then stopping" if available_now else
                                                  f"trigger every {trigger_seconds:g} s"
