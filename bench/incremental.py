@@ -67,6 +67,9 @@ def main() -> int:
     ap.add_argument("--cut", type=int, default=1_000_000, help="the bronze batches with base offset < N (default 1M)")
     ap.add_argument("--new", default="1000,10000,100000",
                     help="comma-separated record counts arriving one after the other, each replayed incrementally")
+    ap.add_argument("--resume-min-records", type=int, default=0,
+                    help="resume a stored replay of at least this many records (default 0: always, to measure the "
+                         "resumed replay itself; the library's default is replay.incremental.RESUME_MIN_RECORDS)")
     ap.add_argument("--profile", default="local")
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "kraft-replay-bench-replay")
@@ -103,7 +106,7 @@ def main() -> int:
             n = _copy_bronze(src, inc, lo, lo + k)
             with PeakRss() as rss:
                 t = time.perf_counter()
-                s = run_replay(spark, inc, say=quiet, incremental=True)
+                s = run_replay(spark, inc, say=quiet, incremental=True, resume_min_records=args.resume_min_records)
                 dt_s = time.perf_counter() - t
             mode = next(iter(s.modes.values()), "?")
             figures.append((k, n, dt_s))

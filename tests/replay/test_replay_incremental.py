@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
@@ -26,7 +27,7 @@ from test_replay_differential import assert_same  # noqa: E402
 
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
 from kraft_replay.lake import Lake  # noqa: E402
-from kraft_replay.replay.incremental import REPLAY_PROGRESS  # noqa: E402
+from kraft_replay.replay.incremental import REPLAY_PROGRESS, BronzeCounts, plan  # noqa: E402
 from kraft_replay.replay.run import BRONZE_INPUTS, run_replay  # noqa: E402
 from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, SILVER_TABLES  # noqa: E402
 
@@ -63,18 +64,18 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
     of the same bronze."""
     lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
     _arrive(tiny_generated.lake, lake, 0, 3000)
-    first = run_replay(spark, lake, say=_quiet, incremental=True)
+    first = run_replay(spark, lake, say=_quiet, incremental=True, resume_min_records=0)
     assert first.modes == {tiny_generated.cluster_id: "FULL (no earlier replay of the cluster in this lake)"}
     lines: list[str] = []
     for lo, hi in ((3000, 4200), (4200, 10**9)):
         _arrive(tiny_generated.lake, lake, lo, hi)
-        s = run_replay(spark, lake, say=lines.append, incremental=True)
+        s = run_replay(spark, lake, say=lines.append, incremental=True, resume_min_records=0)
         assert s.modes[tiny_generated.cluster_id].startswith("INCREMENTAL"), (s.modes, lines)
     assert any(ln.strip().startswith("log_batches:") and "rewritten" in ln for ln in lines), lines  # certainty moved
     progress = lake.read(REPLAY_PROGRESS).first()
     assert (progress["mode"], progress["through_offset"]) == ("INCREMENTAL", 6011)
     before = lake.published_versions()
-    idle = run_replay(spark, lake, say=_quiet, incremental=True)
+    idle = run_replay(spark, lake, say=_quiet, incremental=True, resume_min_records=0)
     assert idle.modes == {tiny_generated.cluster_id: "CURRENT"} and lake.published_versions() == before
     for t in [*SILVER_TABLES, IMAGE_SNAPSHOTS]:
         assert replayed_tiny.read(t).count() > 0 or t == "replay_anomalies", t
@@ -140,7 +141,7 @@ def test_hand_built_cluster_resumed_equals_the_oracle(spark, tmp_path) -> None:
             if new.num_rows:
                 lake.append(t, arrow_df(spark, new, SCHEMAS[t]))
         done = now
-        s = run_replay(spark, lake, say=_quiet, incremental=True)
+        s = run_replay(spark, lake, say=_quiet, incremental=True, resume_min_records=0)
         assert s.modes["resumed"].startswith(expected_modes[step]), (step, s.modes)
         oracle = oracle_replay(*now).tables
         for t in SILVER_TABLES:  # the first differing entity named; chispa on the last step's tables
@@ -154,3 +155,34 @@ def test_hand_built_cluster_resumed_equals_the_oracle(spark, tmp_path) -> None:
     assert {r.reason_code for r in final} >= {"UNKNOWN_TOPIC", "OFFSET_GAP"}
     commit = lake.read("log_commit").first()
     assert commit["committed_through_offset"] >= cuts["in_transaction"] and commit["divergent_records"] > 0
+
+
+def _progress(**kw) -> dict:
+    return {"through_offset": 999, "log_rows": 900, "control_log_rows": 100, "control_snapshot_rows": 0,
+            "snapshot_rows": 0, "max_snapshot_end_offset": None, **kw}
+
+
+def _commit(**kw) -> dict:
+    return {"last_offset": 999, "first_offset": 0, "offset_gaps": 0, "start_snapshot_end_offset": None,
+            "open_transaction_offset": None, "replayed_records": 900, **kw}
+
+
+@pytest.mark.parametrize("progress, commit, now, mode, says", [
+    (None, None, BronzeCounts(950, 100), "FULL", "no earlier replay"),
+    (_progress(), _commit(last_offset=990), BronzeCounts(950, 100, log_after=50), "FULL", "last batch was divergent"),
+    (_progress(), _commit(), BronzeCounts(951, 100, log_after=50), "FULL", "added at offsets <= 999"),
+    (_progress(), _commit(), BronzeCounts(900, 101, control_after=0), "FULL", "added at offsets <= 999"),
+    (_progress(), _commit(), BronzeCounts(900, 100), "CURRENT", "no new bronze rows"),
+    (_progress(), _commit(replayed_records=99), BronzeCounts(950, 100, log_after=50), "FULL", "a small log (99 records"),
+    (_progress(), _commit(), BronzeCounts(1901, 100, log_after=1001), "FULL", "more new records (1,001)"),
+    (_progress(), _commit(offset_gaps=1), BronzeCounts(950, 100, snapshot_rows=5, log_after=50), "FULL", "gaps"),
+    (_progress(), _commit(), BronzeCounts(950, 100, log_after=50), "INCREMENTAL", 999),
+    (_progress(), _commit(open_transaction_offset=980), BronzeCounts(950, 100, log_after=50), "INCREMENTAL", 979),
+])
+def test_plan_resumes_only_what_earlier_rows_did_not_change(progress, commit, now, mode, says) -> None:
+    """``plan``: a stored replay is resumed (at E, or before a transaction still open there) only when
+    the bronze rows it read are all still there unchanged and the log is big enough to be worth it;
+    otherwise the cluster is replayed whole, with the reason, or left alone when nothing is new."""
+    p = plan("c", progress, commit, now, None, None, min_records=100)  # type: ignore[arg-type]
+    assert p.mode == mode, p
+    assert (p.at == says) if mode == "INCREMENTAL" else (says in p.reason), p

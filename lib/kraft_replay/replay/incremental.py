@@ -35,7 +35,7 @@ from kraft_replay.replay.engine import Resume, replay_tables, tables_changed_by
 from kraft_replay.replay.schemas import SILVER_TABLES, TIMESTAMP, VERSIONED_TABLES
 from kraft_replay.replay.versioning import conform
 
-__all__ = ["REPLAY_PROGRESS", "REPLAY_PROGRESS_SCHEMA", "VERSION_STATS", "TOGETHER_BELOW", "BronzeCounts", "Plan", "Increment",
+__all__ = ["REPLAY_PROGRESS", "REPLAY_PROGRESS_SCHEMA", "VERSION_STATS", "TOGETHER_BELOW", "RESUME_MIN_RECORDS", "BronzeCounts", "Plan", "Increment",
            "bronze_counts", "plan", "resume", "progress_rows", "merge_versions", "may_change", "split_current", "image_at",
            "missing_images"]
 
@@ -132,12 +132,19 @@ def _usable_ends(snapshots: DataFrame, control: DataFrame) -> tuple[list[int], b
     return ends, incomplete
 
 
+#: a cluster whose stored replay holds fewer records than this is replayed whole: below it a whole
+#: replay costs no more than a resumed one, whose snapshot load, merge and per-file rewrites are
+#: fixed costs of their own (docs/design.md "Incremental replay"; bench/incremental.py)
+RESUME_MIN_RECORDS = 100_000
+
+
 def plan(cluster_id: str, stored_progress: dict | None, stored_commit: dict | None, now: BronzeCounts,
-         snapshots: DataFrame, control: DataFrame) -> Plan:
+         snapshots: DataFrame, control: DataFrame, min_records: int = RESUME_MIN_RECORDS) -> Plan:
     """Whether the stored replay of ``cluster_id`` can be resumed (see the module docstring). ``now``:
     :func:`bronze_counts` of the bronze as read now, ``after`` counted past the stored
     ``through_offset``; ``snapshots`` / ``control``: the cluster's bronze rows (read only when the
-    snapshots changed)."""
+    snapshots changed). A resumable replay with fewer than ``min_records`` records, or with more new
+    records than replayed ones, is replayed whole all the same (it costs no more)."""
     def full(reason: str) -> Plan:
         return Plan(cluster_id, "FULL", reason, counts=now)
 
@@ -167,6 +174,11 @@ def plan(cluster_id: str, stored_progress: dict | None, stored_commit: dict | No
         max_end = ends[-1] if ends else None
     if now.log_after == 0 and now.control_after == 0 and not snaps_changed:
         return Plan(cluster_id, "CURRENT", "no new bronze rows", at=e, progress=p, commit=c, counts=now, max_snapshot_end=max_end)
+    replayed = c["replayed_records"] or 0
+    if replayed < min_records:
+        return full(f"a small log ({replayed:,} records replayed, below {min_records:,}): a whole replay costs no more")
+    if now.log_after > replayed:
+        return full(f"more new records ({now.log_after:,}) than replayed ones ({replayed:,})")
     open_txn = c["open_transaction_offset"]
     at = e if open_txn is None else min(e, open_txn - 1)
     return Plan(cluster_id, "INCREMENTAL", at=at, progress=p, commit=c, counts=now, max_snapshot_end=max_end)

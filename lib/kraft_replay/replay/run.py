@@ -106,14 +106,16 @@ def _read_bronze(lake, clusters: Sequence[str] | None) -> tuple[DataFrame, DataF
 def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
                say: Callable[[str], None] = print, checkpoint: Callable[[DataFrame], DataFrame] | None = None,
                image_at: Sequence[int] = (), clusters: Sequence[str] | None = None,
-               incremental: bool = False) -> ReplaySummary:
+               incremental: bool = False, resume_min_records: int | None = None) -> ReplaySummary:
     """Replay the bronze tables of ``cluster_id`` (or of the list ``clusters``; default: every cluster
     in them) into every silver
     table of :data:`kraft_replay.replay.schemas.SILVER_TABLES` and ``image_snapshots`` (the full image
     at every metadata.version change and at each offset of ``image_at``, for every replayed
     cluster; see the module docstring). ``incremental``: a cluster whose stored replay can be
     resumed gets only the records published since (:mod:`kraft_replay.replay.incremental`; one run
-    per cluster), one with nothing new is left as it is, the others are replayed whole."""
+    per cluster), one with nothing new is left as it is, the others are replayed whole — as are
+    those whose stored replay holds fewer than ``resume_min_records`` records (default
+    :data:`kraft_replay.replay.incremental.RESUME_MIN_RECORDS`: below it a whole replay costs no more)."""
     bad = [o for o in image_at if o < 0]
     if bad:
         raise ReplayError(f"--image-at {bad[0]}: an image offset is >= 0")
@@ -136,7 +138,8 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
     ckpt = checkpoint or cut
     if not incremental:
         return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
-    return _run_incremental(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
+    return _run_incremental(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at),
+                            resume_min_records)
 
 
 def _stored(lake, table: str, clusters: list[str]) -> dict[str, dict]:  # noqa: ANN001 - a Lake
@@ -147,7 +150,8 @@ def _stored(lake, table: str, clusters: list[str]) -> dict[str, dict]:  # noqa: 
 
 def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame,  # noqa: ANN001, PLR0913
                      control: DataFrame, snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame],
-                     say: Callable[[str], None], t0: float, image_at: list[int]) -> ReplaySummary:
+                     say: Callable[[str], None], t0: float, image_at: list[int],
+                     min_records: int | None) -> ReplaySummary:
     """``run_replay(incremental=True)``: each cluster resumed, left as it is or replayed whole."""
     from kraft_replay.replay import incremental as inc
 
@@ -159,7 +163,8 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
     full: list[inc.Plan] = []
     for c in clusters:
         p = inc.plan(c, progress.get(c), commits.get(c), counts.get(c, inc.BronzeCounts()),
-                     snapshots.where(F.col("cluster_id") == c), control.where(F.col("cluster_id") == c))
+                     snapshots.where(F.col("cluster_id") == c), control.where(F.col("cluster_id") == c),
+                     inc.RESUME_MIN_RECORDS if min_records is None else min_records)
         if p.mode == "CURRENT" and inc.missing_images(lake, c, image_at):
             p = inc.Plan(c, "FULL", "--image-at asks for an image the stored replay does not keep", counts=p.counts)
         if p.mode == "INCREMENTAL":

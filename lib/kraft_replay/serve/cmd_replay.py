@@ -52,8 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "metadata.version change are always kept)")
     p.add_argument("--incremental", action="store_true",
                    help="batch: bring each cluster up to date from the bronze rows published since its last replay "
-                        "(its stored image as the start); a cluster whose earlier records changed is replayed whole "
-                        "(the summary says why). Stream mode does this by default")
+                        "(its stored image as the start); a cluster whose earlier records changed, or whose log is "
+                        "small (under 100,000 records), is replayed whole (the summary says why). Stream mode does "
+                        "this by default")
     p.add_argument("--full", action="store_true",
                    help="stream: each micro-batch replays the clusters it touched whole, from all their bronze rows")
     p.add_argument("--lag-bucket", type=float, default=1.0, metavar="SECONDS",
