@@ -66,7 +66,7 @@ class ReplaySummary:
                        f"replayed from {start}, committed through {c['committed_through_offset']}, "
                        f"{c['anomalies']} anomalies, {c['divergent_records']} divergent records"
                        + (f", transaction open since {c['open_transaction_offset']}" if c["open_transaction_offset"] is not None else ""))
-        out.append("  rows: " + ", ".join(f"{t} {n}" for t, n in self.rows.items()))
+        out.append("  rows: " + (", ".join(f"{t} {n}" for t, n in self.rows.items()) or "nothing written (up to date)"))
         if self.anomalies_by_code:
             out.append("  anomalies: " + ", ".join(f"{k} {v}" for k, v in sorted(self.anomalies_by_code.items())))
         else:
@@ -177,6 +177,9 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
         say(f"  {c}: " + ("up to date (no new bronze rows)" if p.mode == "CURRENT" else f"replayed whole: {p.reason}"))
         if p.mode == "FULL":
             full.append(p)
+    current = [c for c, m in summary.modes.items() if m == "CURRENT"]
+    if current:  # no new log rows, but maybe new metric samples: broker_applied as a replay writes it
+        run_broker_applied(spark, lake, current, say=say)
     if full:
         whole = _run(spark, lake, run_id, [p.cluster_id for p in full], log, control, snapshots, ckpt, say, t0,
                      image_at, plans=full)
