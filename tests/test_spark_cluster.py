@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data" / "samples" / "node1"
 CLUSTER_ID = "c2FtcGxlLWNsdXN0ZXItMQ"  # data/samples/node1/meta.properties
 #: columns that say when or by which run a row was written, not what the run computed
-VOLATILE = {"ingested_at", "run_id"}
+VOLATILE = {"ingested_at", "run_id", "replayed_at"}  # when and in which run (replay_progress too)
 
 # the three jobs in one driver process (one Spark application on the cluster), each through the CLI's main
 DRIVER = """

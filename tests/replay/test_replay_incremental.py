@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bronze_builder import BronzeLog, broker, change, config, partition, rec, topic  # noqa: E402
+from bronze_builder import BronzeLog, broker, change, config, mv, partition, rec, topic  # noqa: E402
 from replay_oracle import first_difference, replay as oracle_replay  # noqa: E402
 from replay_scenarios import T1, T2, T3, arrow_df, base_cluster  # noqa: E402
 from test_replay_differential import assert_same  # noqa: E402
@@ -101,6 +101,8 @@ def _story() -> tuple[BronzeLog, dict[str, int]]:
     b.batch(rec("REMOVE_TOPIC_RECORD", topic_id=T1))           # closes T1's partitions and its config
     b.batch(change(T3, 0, isr=[1]))                            # UNKNOWN_TOPIC
     cuts["after_leader_change"] = b.offset
+    b.snapshot(b.offset, b.epoch, [mv(11)])                    # a snapshot alone, no new log rows: certainty moves
+    cuts["snapshot_alone"] = b.offset
     b.batch(change(T2, 1, isr=[2]), at=cuts["in_transaction"], epoch=3)   # a later leader's copy of old offsets
     cuts["divergent"] = b.offset
     b.skip(3)
@@ -109,13 +111,14 @@ def _story() -> tuple[BronzeLog, dict[str, int]]:
     return b, cuts
 
 
-def _bronze_upto(b: BronzeLog, hi: int, with_divergent: bool) -> tuple[pa.Table, pa.Table, pa.Table]:
+def _bronze_upto(b: BronzeLog, hi: int, with_divergent: bool, with_snapshot: bool) -> tuple[pa.Table, pa.Table, pa.Table]:
     log, ctl, snap = b.tables()
     keep = pc.less(pc.coalesce(log.column("batch_base_offset"), log.column("offset")), hi)
     if not with_divergent:
         keep = pc.and_(keep, pc.less(log.column("batch_leader_epoch"), 3))
-    ctl = ctl.filter(pc.less(ctl.column("offset"), hi))
-    return log.filter(keep), ctl, snap
+    is_log = pc.equal(ctl.column("source_kind"), "log")
+    ctl = ctl.filter(pc.or_(pc.and_(is_log, pc.less(ctl.column("offset"), hi)), pc.and_(pc.invert(is_log), with_snapshot)))
+    return log.filter(keep), ctl, snap if with_snapshot else snap.slice(0, 0)
 
 
 def test_hand_built_cluster_resumed_equals_the_oracle(spark, tmp_path) -> None:
@@ -128,16 +131,17 @@ def test_hand_built_cluster_resumed_equals_the_oracle(spark, tmp_path) -> None:
     lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
     done = (pa.table({}), pa.table({}), pa.table({}))
     expected_modes = {"first": "FULL", "in_transaction": "INCREMENTAL", "after_leader_change": "INCREMENTAL",
-                      "divergent": "FULL (log rows were added at offsets <=", "gap": "FULL (an offset gap"}
+                      "snapshot_alone": "INCREMENTAL", "divergent": "FULL (log rows were added at offsets <=",
+                      "gap": "FULL (an offset gap"}
     for step, hi in cuts.items():
-        now = _bronze_upto(b, hi, with_divergent=step in ("divergent", "gap"))
+        now = _bronze_upto(b, hi, with_divergent=step in ("divergent", "gap"),
+                           with_snapshot=step in ("snapshot_alone", "divergent", "gap"))
         for t, old, new in zip(BRONZE_INPUTS, done, now):
             lake.create_table(t, arrow_df(spark, new.slice(0, 0), SCHEMAS[t]).schema, partition_by=["cluster_id"])
-            if old.num_rows and "offset" in new.column_names:  # the rows not appended yet (bronze is append-only)
-                seen = set(zip(old.column("offset").to_pylist(), old.column("batch_leader_epoch").to_pylist()))
-                mask = [(o, e) not in seen for o, e in zip(new.column("offset").to_pylist(),
-                                                           new.column("batch_leader_epoch").to_pylist())]
-                new = new.filter(pa.array(mask))
+            if old.num_rows:  # the rows not appended yet (bronze is append-only)
+                key = [c for c in ("offset", "position_in_snapshot", "batch_leader_epoch", "source_kind") if c in new.column_names]
+                seen = set(zip(*[old.column(c).to_pylist() for c in key]))
+                new = new.filter(pa.array([k not in seen for k in zip(*[new.column(c).to_pylist() for c in key])]))
             if new.num_rows:
                 lake.append(t, arrow_df(spark, new, SCHEMAS[t]))
         done = now
@@ -154,7 +158,7 @@ def test_hand_built_cluster_resumed_equals_the_oracle(spark, tmp_path) -> None:
     final = lake.read("replay_anomalies").select("reason_code").collect()
     assert {r.reason_code for r in final} >= {"UNKNOWN_TOPIC", "OFFSET_GAP"}
     commit = lake.read("log_commit").first()
-    assert commit["committed_through_offset"] >= cuts["in_transaction"] and commit["divergent_records"] > 0
+    assert commit["committed_through_offset"] >= cuts["after_leader_change"] - 1 and commit["divergent_records"] > 0
 
 
 def _progress(**kw) -> dict:

@@ -393,6 +393,14 @@ class DeltaRsBackend:
         raise CommitConflictError(f"table {name!r}: commit {commit_id} not found in {loc.uri}/_delta_log "
                                   "after committing; check the table's history")
 
+    def _commit_replace(self, name: str, snap: Snapshot, adds: list[tuple[AddAction, int]], removed: list[FileEntry],
+                        txn: tuple[str, int] | None, operation: str) -> CommitResult:
+        """One commit adding ``adds`` and removing the files ``removed`` (a merge's, a rewrite's)."""
+        now = int(time.time() * 1000)
+        removes = [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in removed]
+        version = self._commit(name, snap, [a for a, _ in adds] + removes, txn, operation)
+        return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+
     @staticmethod
     def _check_txn(txn: tuple[str, int] | None) -> None:
         if txn is None:
@@ -613,12 +621,9 @@ class DeltaRsBackend:
                     raise InvalidArgumentError(
                         f"table {name!r}: rewrite of {replace_where!r} got rows in partition {outside[0]} that the "
                         "predicate does not match; filter the DataFrame first")
-                now = int(time.time() * 1000)
-                removes = [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in hit]
-                if not adds and not removes:
+                if not adds and not hit:
                     return CommitResult(name, None)
-                version = self._commit(name, snap, [a for a, _ in adds] + removes, None, "REWRITE")
-                return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+                return self._commit_replace(name, snap, adds, hit, None, "REWRITE")
             except CommitFailedError as exc:
                 for st in stagings:
                     _files.delete_staging(loc, st)
@@ -688,11 +693,8 @@ class DeltaRsBackend:
                     out = batch
                 loc = self.location(name)
                 staging, adds = self._stage(name, snap, out)
-                now = int(time.time() * 1000)
-                removes = [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in touched]
                 try:
-                    version = self._commit(name, snap, [a for a, _ in adds] + removes, txn, "MERGE")
-                    return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+                    return self._commit_replace(name, snap, adds, touched, txn, "MERGE")
                 except CommitFailedError as exc:
                     _files.delete_staging(loc, staging)
                     if attempt == _OP_RETRIES - 1:
