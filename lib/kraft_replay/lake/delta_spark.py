@@ -23,6 +23,7 @@ Tables are interchangeable between backends: both write standard Delta tables.
 
 from __future__ import annotations
 
+from functools import reduce
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -133,8 +134,6 @@ class DeltaSparkBackend:
                 together_below: int = 0) -> CommitResult:
         """The embedded backend's ``rewrite`` with no per-file choice: ``fn`` gets every row of the
         matching partitions and its DataFrames replace them (one ``replaceWhere`` overwrite)."""
-        from functools import reduce
-
         outs = list(fn(self.read(name, where=replace_where)))
         df = reduce(DataFrame.unionByName, outs) if outs else self.spark.createDataFrame([], self.schema(name))
         return self.write(name, df, mode="overwrite", replace_where=replace_where)

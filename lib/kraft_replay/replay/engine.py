@@ -39,10 +39,11 @@ from kraft_replay.replay.topics import topic_removals, topic_replacements, topic
 from kraft_replay.replay.versioning import MAIN, anomaly, conform, union_all
 from kraft_replay.replay.zk_migration_state import zk_migration_state
 
-__all__ = ["ReplayTables", "Resume", "TABLE_RECORDS", "tables_changed_by", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
+__all__ = ["ReplayTables", "Resume", "TABLE_RECORDS", "tables_changed_by", "with_inputs", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
 
 #: SQL settings replay_tables sets on the session (see its docstring)
-SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false"}
+SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false",
+                "spark.sql.optimizer.runtime.bloomFilter.enabled": "false"}
 
 
 @dataclass
@@ -102,6 +103,12 @@ def tables_changed_by(api_keys: set[int]) -> set[str]:
     return {t for t, keys in TABLE_RECORDS.items() if keys & set(api_keys)}
 
 
+def with_inputs(domains: set[str]) -> set[str]:
+    """``domains`` and the versioned tables their replay reads: ``topics`` for partitions and configs
+    (a topic's removal closes them)."""
+    return set(domains) | ({"topics"} if set(domains) & {"partitions", "configs"} else set())
+
+
 def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
                    loads: DataFrame | None = None, checkpoint: Checkpoint = _same,
                    domains: set[str] | None = None) -> tuple[dict[str, DataFrame], DataFrame]:
@@ -112,9 +119,7 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     whole. ``domains``: only these tables (and what they read: topics for partitions and configs);
     None: every one."""
     fr = fresh or {}
-    wanted = set(VERSIONED_TABLES) if domains is None else set(domains)
-    if wanted & {"partitions", "configs"}:
-        wanted.add("topics")
+    wanted = set(VERSIONED_TABLES) if domains is None else with_inputs(domains)
 
     def f(name: str) -> DataFrame | None:
         return fr.get(name) if fresh is not None else None
@@ -258,7 +263,12 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
 
     Sets ``spark.sql.constraintPropagation.enabled`` to false on the session (:data:`SESSION_CONF`):
     the plan is wide (many unions of windowed frames) and Spark 4.2's constraint inference on unions
-    fails on it ("key not found" while checkpointing) besides being slow; it only infers filters."""
+    fails on it ("key not found" while checkpointing) besides being slow; it only infers filters.
+    Sets ``spark.sql.optimizer.runtime.bloomFilter.enabled`` to false: a checkpointed stage has no size
+    statistics, so Spark takes it for a huge join side and filters it with runtime Bloom filters of
+    megabytes each, embedded in every task of the join (a resumed replay of a 4,000-record cluster
+    broadcast task binaries of 20-72 MiB, and a 3 GiB driver ran out of heap); the joins here are
+    keyed and already pruned by cluster."""
     spark = log.sparkSession
     for k, v in SESSION_CONF.items():
         spark.conf.set(k, v)

@@ -31,7 +31,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kraft_replay.replay import log as L
-from kraft_replay.replay.engine import Resume, replay_tables, tables_changed_by
+from kraft_replay.replay.engine import Resume, replay_tables, tables_changed_by, with_inputs
+from kraft_replay.replay.images import as_of, image_snapshots
 from kraft_replay.replay.schemas import SILVER_TABLES, TIMESTAMP, VERSIONED_TABLES
 from kraft_replay.replay.versioning import conform
 
@@ -39,7 +40,7 @@ __all__ = ["REPLAY_PROGRESS", "REPLAY_PROGRESS_SCHEMA", "VERSION_STATS", "TOGETH
            "bronze_counts", "plan", "resume", "progress_rows", "merge_versions", "may_change", "split_current", "image_at",
            "missing_images"]
 
-#: ``replay_progress``: one row per cluster and replay run — what the replay read (``through_offset``:
+#: ``replay_progress``: one row per cluster, its latest replay — what the replay read (``through_offset``:
 #: the greatest bronze log offset; row counts of the bronze tables; the newest usable snapshot end)
 #: and how it ran (``mode`` FULL / INCREMENTAL, ``resumed_at``: S, ``reason``: why FULL).
 REPLAY_PROGRESS = "replay_progress"
@@ -124,12 +125,11 @@ class Plan:
 
 
 def _usable_ends(snapshots: DataFrame, control: DataFrame) -> tuple[list[int], bool]:
-    """The usable snapshots' end offsets of one cluster and whether some snapshot is incomplete."""
-    cat = L.snapshot_catalog(snapshots, control)
-    rows = cat.select("snapshot_end_offset", "snapshot_kind", "complete").collect()
-    ends = sorted({r["snapshot_end_offset"] for r in rows if r["snapshot_kind"] == "snapshot" and r["complete"]})
-    incomplete = any(r["snapshot_kind"] == "snapshot" and not r["complete"] for r in rows)
-    return ends, incomplete
+    """The usable snapshots' end offsets of one cluster (:func:`kraft_replay.replay.log.usable_snapshots`)
+    and whether some snapshot is incomplete (:func:`~kraft_replay.replay.log.incomplete_snapshots`)."""
+    cat = L.snapshot_catalog(snapshots, control).localCheckpoint(eager=True)
+    ends = sorted(r["snapshot_end_offset"] for r in L.usable_snapshots(cat).select("snapshot_end_offset").collect())
+    return ends, not L.incomplete_snapshots(cat).isEmpty()
 
 
 #: a cluster whose stored replay holds fewer records than this is replayed whole: below it a whole
@@ -201,11 +201,8 @@ def missing_images(lake, cluster_id: str, offsets: list[int]) -> list[int]:  # n
 
 def image_at(stored: DataFrame, at: int) -> DataFrame:
     """Facts §4.2: the entities of a versioned table alive as of offset ``at`` (their version then,
-    ``valid_to_*`` cleared: the input of a snapshot load)."""
-    o = F.lit(at).cast("long")
-    alive = stored.where((F.col("valid_from_offset") <= o) & (F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > o))
-                         & ~F.col("deleted"))
-    return (alive.withColumn("valid_to_offset", F.lit(None).cast("long"))
+    :func:`kraft_replay.replay.images.as_of`, ``valid_to_*`` cleared: the input of a snapshot load)."""
+    return (as_of(stored, at).withColumn("valid_to_offset", F.lit(None).cast("long"))
             .withColumn("valid_to_time", F.lit(None).cast("timestamp")))
 
 
@@ -301,7 +298,6 @@ def resume(spark: SparkSession, lake, p: Plan, log: DataFrame, control: DataFram
     written here: the caller writes ``tables`` / ``appends`` in one run). ``fallback`` set: the new
     records cannot be replayed this way (a divergent batch, a gap, an epoch going down) — replay the
     whole log instead."""
-    from kraft_replay.replay.images import image_snapshots
     from kraft_replay.replay.run import cluster_where
 
     t0 = time.time()
@@ -319,7 +315,7 @@ def resume(spark: SparkSession, lake, p: Plan, log: DataFrame, control: DataFram
     domains = tables_changed_by(keys)
     if at < e:  # the records after ``at`` up to E are replayed again: their tables too
         domains |= tables_changed_by({r["api_key"] for r in log_t.where(F.col("offset") <= e).select("api_key").distinct().collect()})
-    need = set(domains) | ({"topics"} if domains & {"partitions", "configs"} else set())
+    need = with_inputs(domains)
     stored: dict[str, DataFrame] = {}
 
     def read(t: str) -> DataFrame:  # the published rows of the cluster (this run has not published)

@@ -231,14 +231,19 @@ def _write_increment(spark: SparkSession, lake, done, run_id: str, summary: Repl
         lake.overwrite("log_commit", commit, replace_where=where)
         _write_progress(spark, lake, run_id, [done.plan], {c: done.through}, {c: done.new_records}, where)
         if progress:
-            lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
-            r = lake.overwrite(BROKER_APPLIED, broker_applied(lake.read(PROGRESS, where=where)), replace_where=where)
+            r = _write_broker_applied(lake, where)
             say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
         summary.published = {**(summary.published or {}), **lake.publish(tables, run_id)}
     except BaseException:
         lake.end_run()
         raise
     summary.modes[c] = f"INCREMENTAL (resumed at {done.plan.at}, {done.new_records} new records)"
+
+
+def _write_broker_applied(lake, where: str):  # noqa: ANN001, ANN202 - a Lake, a CommitResult
+    """Inside a replay's run: ``broker_applied`` of the clusters in ``where`` from ``broker_progress``."""
+    lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
+    return lake.overwrite(BROKER_APPLIED, broker_applied(lake.read(PROGRESS, where=where)), replace_where=where)
 
 
 def _write_progress(spark: SparkSession, lake, run_id: str, plans: list, through: dict[str, int | None],  # noqa: ANN001
@@ -286,9 +291,7 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
         summary.rows[IMAGE_SNAPSHOTS] = r.rows
         say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
         if progress:
-            lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
-            applied = broker_applied(lake.read(PROGRESS, where=where))
-            r = lake.overwrite(BROKER_APPLIED, applied, replace_where=where)
+            r = _write_broker_applied(lake, where)
             summary.rows[BROKER_APPLIED] = r.rows
             say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
         if plans is None:
