@@ -108,3 +108,55 @@ def test_same_txn_committed_concurrently_lands_once(spark, lake, events_table):
     assert lake.version(events_table) == 1
     # The losing run removed its staged files: nothing on disk outside the log.
     assert _data_files_on_disk(lake, events_table) == {f.path for f in lake._impl.snapshot(events_table).files}
+
+
+def test_merge_and_rewrite_retry_a_conflicting_commit_and_clean_their_staging(spark, lake, events_table, monkeypatch):
+    """A merge or rewrite whose commit meets a concurrent one is redone on a new snapshot; one that
+    keeps conflicting ends with a one-line CommitConflictError. Every failed attempt's staged files
+    are deleted, and nothing is committed by it."""
+    import pytest
+    from deltalake.exceptions import CommitFailedError
+    from pyspark.sql import functions as F
+
+    from kraft_replay.lake import CommitConflictError
+    from kraft_replay.lake.deltars import _OP_RETRIES
+
+    lake.append(events_table, events(spark, 0, 300))
+    impl = lake._impl
+    commit = impl._commit
+    calls = {"n": 0, "fail": 0}
+
+    def conflicting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls["n"] += 1
+        if calls["n"] <= calls["fail"]:
+            raise CommitFailedError("Transaction failed: a concurrent transaction deleted the same data")
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(impl, "_commit", conflicting)
+
+    def on_disk_is_committed() -> bool:
+        return _data_files_on_disk(lake, events_table) == {f.path for f in impl.snapshot(events_table).files}
+
+    version = lake.version(events_table)
+    calls.update(n=0, fail=_OP_RETRIES)
+    with pytest.raises(CommitConflictError, match=r"^table 'events': merge kept conflicting .*; retry the job$"):
+        lake.merge(events_table, events(spark, 0, 10), keys=["id"])
+    calls.update(n=0)
+    with pytest.raises(CommitConflictError, match=r"^table 'events': rewrite kept conflicting .*; retry the job$"):
+        lake.rewrite(events_table, lambda rows: [rows], "part = 0", touched=lambda st: True, columns=["id"])
+    assert calls["n"] == _OP_RETRIES and lake.version(events_table) == version and on_disk_is_committed()
+
+    before = _data_files_on_disk(lake, events_table)
+    calls.update(n=0, fail=1)
+    merged = lake.merge(events_table, events(spark, 0, 10).withColumn("name", F.lit("merged")), keys=["id"])
+    assert lake.read(events_table).where("name = 'merged'").count() == 10 and calls["n"] == 2
+    before |= {f.path for f in impl.snapshot(events_table).files}
+    calls.update(n=0, fail=1)
+    rewritten = lake.rewrite(events_table, lambda rows: [rows.where("id % 2 = 0")], "part = 0",
+                             touched=lambda st: True, columns=["id"])
+    assert merged.version is not None and rewritten.version == merged.version + 1 and calls["n"] == 2
+    got = lake.read(events_table)
+    assert got.where("part = 0 AND id % 2 = 1").count() == 0 and got.where("part != 0").count() == 200
+    # on disk: the committed files and those the two commits replaced (kept until vacuum), no staged leftovers
+    committed = {f.path for f in impl.snapshot(events_table).files}
+    assert _data_files_on_disk(lake, events_table) == committed | before

@@ -24,7 +24,8 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -401,6 +402,25 @@ class DeltaRsBackend:
         version = self._commit(name, snap, [a for a, _ in adds] + removes, txn, operation)
         return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
 
+    @contextmanager
+    def _staged_attempt(self, name: str, operation: str, attempt: int, stagings: list[str]) -> Iterator[None]:
+        """One attempt of an operation that stages files and commits them (a merge's, a rewrite's): on
+        any failure the staging dirs in ``stagings`` are deleted; a concurrent commit is swallowed, so
+        that the caller's loop retries on a new snapshot, until the last attempt (CommitConflictError)."""
+        loc = self.location(name)
+        try:
+            yield
+        except CommitFailedError as exc:
+            for st in stagings:
+                _files.delete_staging(loc, st)
+            if attempt == _OP_RETRIES - 1:
+                raise CommitConflictError(f"table {name!r}: {operation} kept conflicting with concurrent writers "
+                                          f"({str(exc).splitlines()[0]}); retry the job") from None
+        except BaseException:
+            for st in stagings:
+                _files.delete_staging(loc, st)
+            raise
+
     @staticmethod
     def _check_txn(txn: tuple[str, int] | None) -> None:
         if txn is None:
@@ -604,11 +624,10 @@ class DeltaRsBackend:
                    if f.path not in stats or touched(stats[f.path])]
             stagings: list[str] = []
             adds: list[tuple[AddAction, int]] = []
-            loc = self.location(name)
             # few rows read (the usual case once the files that change are apart): one file per output
             picked = sum(stats[f.path].num_records or 0 if f.path in stats else self.target_file_rows for f in hit)
             few = picked <= self.target_file_rows
-            try:
+            with self._staged_attempt(name, "rewrite", attempt, stagings):
                 outs = [conform(name, snap.schema, o) for o in fn(self.read_files(snap, hit))]
                 if outs and picked < together_below:
                     outs = [reduce(DataFrame.unionByName, outs)]
@@ -624,16 +643,6 @@ class DeltaRsBackend:
                 if not adds and not hit:
                     return CommitResult(name, None)
                 return self._commit_replace(name, snap, adds, hit, None, "REWRITE")
-            except CommitFailedError as exc:
-                for st in stagings:
-                    _files.delete_staging(loc, st)
-                if attempt == _OP_RETRIES - 1:
-                    raise CommitConflictError(f"table {name!r}: rewrite kept conflicting with concurrent writers "
-                                              f"({str(exc).splitlines()[0]}); retry the job") from None
-            except BaseException:
-                for st in stagings:
-                    _files.delete_staging(loc, st)
-                raise
         raise AssertionError("unreachable")
 
     # ---- merge, compaction, vacuum, history --------------------------------------------------
@@ -691,18 +700,11 @@ class DeltaRsBackend:
                     out = kept.select(*snap.schema.fieldNames()).unionByName(batch)
                 else:
                     out = batch
-                loc = self.location(name)
-                staging, adds = self._stage(name, snap, out)
-                try:
+                stagings: list[str] = []
+                with self._staged_attempt(name, "merge", attempt, stagings):
+                    staging, adds = self._stage(name, snap, out)
+                    stagings.append(staging)
                     return self._commit_replace(name, snap, adds, touched, txn, "MERGE")
-                except CommitFailedError as exc:
-                    _files.delete_staging(loc, staging)
-                    if attempt == _OP_RETRIES - 1:
-                        raise CommitConflictError(f"table {name!r}: merge kept conflicting with concurrent "
-                                                  f"writers ({str(exc).splitlines()[0]}); retry") from None
-                except BaseException:
-                    _files.delete_staging(loc, staging)
-                    raise
             finally:
                 batch.unpersist()
         raise AssertionError("unreachable")
