@@ -70,3 +70,18 @@ def test_write_cache_lag_replaces_the_clusters_rows(spark, lake, capsys) -> None
     assert write_cache_lag(lake, clusters, bucket_s=10.0) < n and lake.read("cache_lag").count() < n  # replaced
     assert main(["--profile", "test", "replay", "--lake", lake.root, "--lag-bucket", "0"]) == 2
     assert "--lag-bucket must be > 0 seconds, got 0" in capsys.readouterr().err
+
+
+def test_write_cache_lag_skips_clusters_without_samples(spark, lake) -> None:
+    """A cluster with no metric sample and no cache_lag row (what every stream micro-batch of a
+    cluster without metrics asks for): nothing is written (no new version), 0 returned."""
+    from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
+
+    clusters = [r.cluster_id for r in lake.read("log_commit").collect()]
+    if not lake.exists(CACHE_LAG):
+        write_cache_lag(lake, clusters)
+    before = lake.version(CACHE_LAG)
+    lines: list[str] = []
+    assert write_cache_lag(lake, ["noSuchCluster0000000000"], say=lines.append) == 0
+    assert lake.version(CACHE_LAG) == before
+    assert lines == ["  cache_lag: no metric samples of noSuchCluster0000000000: nothing to write"]

@@ -67,15 +67,23 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
     The merges of the new versions (checkpointed: no size statistics) with the stored tables plan no
     runtime Bloom filter: Spark would embed megabytes of filter in every task of those joins (task
     binaries of 20-72 MiB here; a 3 GiB driver ran out of heap). With the replay's session setting
-    turned back on, the same plans have one — what the check catches."""
+    turned back on, the same plans have one — what the check catches.
+
+    Small runs (engine.run_conf): the first resumed append (1,200 records) is replayed with
+    interpreted expressions, and the session's setting is back afterwards; the second, with the
+    threshold lowered to 0, keeps generated code."""
+    import kraft_replay.replay.engine as engine
     import kraft_replay.replay.incremental as inc
-    from kraft_replay.replay.engine import SESSION_CONF
+    from kraft_replay.replay.engine import SESSION_CONF, SMALL_RUN_CONF
 
     key = "spark.sql.optimizer.runtime.bloomFilter.enabled"
+    mode_key = "spark.sql.codegen.factoryMode"
     plans: dict[str, list[bool]] = {"off": [], "on": []}
+    codegen: list[str | None] = []
     merge = inc.merge_versions
 
     def merge_checked(stored, new, table, at):  # noqa: ANN001, ANN202
+        codegen.append(spark.conf.get(mode_key, None))
         out = merge(stored, new, table, at)
         for mode, value in (("off", SESSION_CONF[key]), ("on", "true")):
             spark.conf.set(key, value)
@@ -89,10 +97,19 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
     first = run_replay(spark, lake, say=_quiet, incremental=True, resume_min_records=0)
     assert first.modes == {tiny_generated.cluster_id: "FULL (no earlier replay of the cluster in this lake)"}
     lines: list[str] = []
+    session_mode = spark.conf.get(mode_key, None)
+    assert session_mode != SMALL_RUN_CONF[mode_key]
+    seen: list[set[str | None]] = []
     for lo, hi in ((3000, 4200), (4200, 10**9)):
         _arrive(tiny_generated.lake, lake, lo, hi)
+        if lo == 4200:
+            monkeypatch.setattr(engine, "SMALL_RUN_ROWS", 0)
+        codegen.clear()
         s = run_replay(spark, lake, say=lines.append, incremental=True, resume_min_records=0)
         assert s.modes[tiny_generated.cluster_id].startswith("INCREMENTAL"), (s.modes, lines)
+        seen.append(set(codegen))
+        assert spark.conf.get(mode_key, None) == session_mode  # restored after the run
+    assert seen == [{SMALL_RUN_CONF[mode_key]}, {session_mode}], seen
     assert any(ln.strip().startswith("log_batches:") and "rewritten" in ln for ln in lines), lines  # certainty moved
     progress = lake.read(REPLAY_PROGRESS).first()
     assert (progress["mode"], progress["through_offset"]) == ("INCREMENTAL", 6011)

@@ -144,7 +144,9 @@ CACHE_LAG = "cache_lag"
 def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: float = 1.0) -> int:  # noqa: ANN001
     """Compute ``cache_lag`` for ``clusters`` from the lake's ``broker_progress`` and silver tables and
     replace those clusters' rows in one published run. Returns the rows written (0, and nothing
-    written, when the lake has no ``broker_progress``)."""
+    written, when the lake has no ``broker_progress``, or no sample of these clusters while
+    ``cache_lag`` has no row of them either: the run would replace nothing with nothing — what
+    every stream micro-batch of a cluster without metrics would otherwise pay for)."""
     import uuid
 
     from kraft_replay.replay.run import cluster_where
@@ -154,6 +156,9 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
         return 0
     where = cluster_where(clusters)
     progress, batches, brokers, partitions = (lake.read(t, where=where) for t in needed)
+    if lake.exists(CACHE_LAG) and progress.isEmpty() and lake.read(CACHE_LAG, where=where).isEmpty():
+        say(f"  {CACHE_LAG}: no metric samples of {', '.join(clusters)}: nothing to write")
+        return 0
     samples = sample_lag(progress, batches, brokers, partitions)
     out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])

@@ -24,13 +24,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from kraft_replay.replay.engine import ReplayTables, cut, replay_tables
+from kraft_replay.replay.engine import ReplayTables, cut, replay_tables, run_conf
 from kraft_replay.replay.images import image_snapshots
 from kraft_replay.replay.broker_applied import broker_applied
 from kraft_replay.replay.schemas import (
     BROKER_APPLIED, BROKER_APPLIED_SCHEMA, IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES,
 )
 from kraft_replay.replay.versioning import spark_schema
+from kraft_replay.spark import session_conf
 
 __all__ = ["ReplayError", "ReplaySummary", "run_replay", "run_broker_applied", "check_bronze", "cluster_where",
            "QUARANTINE", "BRONZE_INPUTS", "PROGRESS"]
@@ -137,7 +138,8 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
     say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
     ckpt = checkpoint or cut
     if not incremental:
-        return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
+        with session_conf(spark, run_conf(log.count() + snapshots.count())):
+            return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
     return _run_incremental(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at),
                             resume_min_records)
 
@@ -168,9 +170,12 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
         if p.mode == "CURRENT" and inc.missing_images(lake, c, image_at):
             p = inc.Plan(c, "FULL", "--image-at asks for an image the stored replay does not keep", counts=p.counts)
         if p.mode == "INCREMENTAL":
-            done = inc.resume(spark, lake, p, log, control, ckpt, image_at, say=say)
+            # the new records' replay is as small as they are; the writes read stored versions too
+            with session_conf(spark, run_conf(p.counts.log_after + p.counts.control_after)):
+                done = inc.resume(spark, lake, p, log, control, ckpt, image_at, say=say)
             if done.fallback is None:
-                _write_increment(spark, lake, done, f"{run_id}-{len(summary.modes)}", summary, say, t0)
+                with session_conf(spark, run_conf(p.counts.log_rows + p.counts.snapshot_rows)):
+                    _write_increment(spark, lake, done, f"{run_id}-{len(summary.modes)}", summary, say, t0)
                 continue
             p = inc.Plan(c, "FULL", done.fallback, counts=p.counts)
         summary.modes[c] = p.mode if p.mode == "CURRENT" else f"FULL ({p.reason})"
@@ -181,8 +186,10 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
     if current:  # no new log rows, but maybe new metric samples: broker_applied as a replay writes it
         run_broker_applied(spark, lake, current, say=say)
     if full:
-        whole = _run(spark, lake, run_id, [p.cluster_id for p in full], log, control, snapshots, ckpt, say, t0,
-                     image_at, plans=full)
+        rows = sum(p.counts.log_rows + p.counts.snapshot_rows for p in full if p.counts is not None)
+        with session_conf(spark, run_conf(rows)):
+            whole = _run(spark, lake, run_id, [p.cluster_id for p in full], log, control, snapshots, ckpt, say, t0,
+                         image_at, plans=full)
         summary.rows.update(whole.rows)
         summary.quarantined = whole.quarantined
         summary.published = {**(summary.published or {}), **(whole.published or {})}
