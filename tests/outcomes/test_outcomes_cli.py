@@ -31,8 +31,18 @@ def test_outcomes_publishes_every_gold_table(gold_tiny_run) -> None:
     assert line.endswith(f"requests {api_versions:,}"), line
 
 
-def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path) -> None:
+def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path, monkeypatch) -> None:
+    """... and a run on inputs this small computes with interpreted expressions (engine.run_conf),
+    the session's setting restored after it."""
+    import kraft_replay.outcomes.run as run
+    from kraft_replay.replay.engine import SMALL_RUN_CONF
+
     lake = replayed_tiny
+    key = "spark.sql.codegen.factoryMode"
+    modes: list[str | None] = []
+    fencing = run.fencing_outcomes
+    monkeypatch.setattr(run, "fencing_outcomes", lambda *a, **k: (modes.append(spark.conf.get(key, None)), fencing(*a, **k))[1])
+    session_mode = spark.conf.get(key, None)
     policy = tmp_path / "p.yaml"
     policy.write_text("max_attempts: 2\nretry_backoff_ms: 250\nretry_target: same\n")
     assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "consistency", "--policy", str(policy)]) == 0
@@ -51,6 +61,7 @@ def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path) -> None:
     assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "fencing", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)  # --json: the summary as one object
     assert set(doc["rows"]) == {"fencing_outcomes", "fencing_summary"} and doc["rows"]["fencing_outcomes"] > 0
+    assert modes == [SMALL_RUN_CONF[key]] and spark.conf.get(key, None) == session_mode != SMALL_RUN_CONF[key]
     after = lake.published_versions()
     assert after["fencing_outcomes"] > before.get("fencing_outcomes", 0)
     assert after["consistency_outcomes"] == before["consistency_outcomes"]

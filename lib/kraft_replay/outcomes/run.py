@@ -31,6 +31,8 @@ from kraft_replay.outcomes.features import (
     LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
 )
 from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
+from kraft_replay.replay.engine import run_conf
+from kraft_replay.spark import session_conf
 
 __all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
 
@@ -145,73 +147,76 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         return inputs[t]
 
     opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
-    frames: dict[str, DataFrame] = {}
-    if "consistency" in chosen:
-        say("  consistency tokens (seed 000) ...")
-        req = read("metadata_requests")
-        domains = {d: read(d) for d in STALE_DOMAINS if lake.exists(d)}
-        out = consistency_outcomes(req, read("broker_applied"), read("brokers"), read("log_batches"), domains,
-                                   policy=policy, say=say).localCheckpoint(eager=True)
-        frames["consistency_outcomes"] = out
-        frames["consistency_summary"] = consistency_summary(out, req).localCheckpoint(eager=True)
-        summary.counts["consistency_outcomes"] = _by(out.where(F.col("final")), "policy", "outcome")
-    if "fencing" in chosen:
-        say("  produce leader-epoch fencing (seed 003) ...")
-        out = fencing_outcomes(read("produce_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
-                               read("partitions")).localCheckpoint(eager=True)
-        frames["fencing_outcomes"] = out
-        frames["fencing_summary"] = fencing_summary(out).localCheckpoint(eager=True)
-        coded = lambda c: F.coalesce(c, F.col("outcome_code")).alias("o")  # noqa: E731
-        summary.counts["fencing_outcomes"] = {
-            **_by(out.select(coded(F.col("outcome_without_check"))), "o", prefix="without check: "),
-            **_by(out.select(coded(F.col("outcome_with_check"))), "o", prefix="with check: ")}
-    if "features" in chosen:
-        say("  feature levels (seeds 004, 001) ...")
-        feats, brokers, ctrls = read("features"), read("brokers"), read("controllers")
-        frames["feature_transitions"] = feature_transitions(feats, brokers, ctrls).localCheckpoint(eager=True)
-        frames["feature_protection_violations"] = feature_protection_violations(feats, brokers).localCheckpoint(eager=True)
-        if lake.exists("feature_update_requests"):
-            domains = {d: read(d) for d in LOSS_DOMAINS if lake.exists(d)}
-            out, lost = feature_update_outcomes(read("feature_update_requests"), feats, brokers, ctrls,
-                                                read("log_batches"), opt("metadata_control"), domains,
-                                                opt("scenario_events"), features_policy)
-            out = out.drop("_rid").localCheckpoint(eager=True)
-            frames["feature_update_outcomes"] = out
-            frames["downgrade_losses"] = lost.drop("_dorder").localCheckpoint(eager=True)
-            summary.counts["feature_update_outcomes"] = _by(out, "outcome")
-        else:
-            summary.skipped["feature updates"] = "the lake has no feature_update_requests table"
-    if "broker_states" in chosen:
-        say("  broker states (seed 002) ...")
-        out = broker_states(read("brokers"), opt("broker_applied"), opt("metadata_requests"),
-                            opt("produce_requests")).localCheckpoint(eager=True)
-        frames["broker_states"] = out
-        summary.counts["broker_states"] = _by(out, "state")
-    if "discovery" in chosen:
-        say("  client feature discovery (seed 004) ...")
-        feats, control = read("features"), opt("metadata_control")
-        tl = feature_timeline(feats, control).localCheckpoint(eager=True)
-        out = feature_discovery(read("metadata_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
-                                feats, control, timeline=tl).localCheckpoint(eager=True)
-        frames["feature_discovery"] = out
-        frames["feature_discovery_summary"] = feature_discovery_summary(out, tl).localCheckpoint(eager=True)
-        n = out.agg(F.count(F.lit(1)).alias("requests"), F.count(F.when(F.col("status") == "ANSWERED", 1)).alias("answered"),
-                    F.count(F.when(F.col("epoch_regressed"), 1)).alias("epoch regressions"),
-                    F.count(F.when(F.col("content_regressed"), 1)).alias("content regressions")).first()
-        summary.counts["feature_discovery"] = {k: int(v) for k, v in n.asDict().items()}
-    lake.start_run(summary.run_id, list(frames))
-    try:
-        for name, df in frames.items():
-            lake.create_table(name, df.schema, partition_by=["cluster_id"])
-            r = lake.overwrite(name, df, replace_where=where)
-            summary.rows[name] = r.rows
-            say(f"  {name}: {r.rows:,} rows (v{r.version})")
-        lake.publish(list(frames), summary.run_id)
-    except BaseException:
-        lake.end_run()
-        raise
-    summary.seconds = time.monotonic() - t0
-    return summary
+    # small inputs run on interpreted expressions, as a small replay does (engine.run_conf)
+    sized = sorted({t for p in chosen for t in (PROPOSALS[p][0], "broker_applied", "partitions") if t and lake.exists(t)})
+    with session_conf(spark, run_conf(sum(read(t).count() for t in sized))):
+        frames: dict[str, DataFrame] = {}
+        if "consistency" in chosen:
+            say("  consistency tokens (seed 000) ...")
+            req = read("metadata_requests")
+            domains = {d: read(d) for d in STALE_DOMAINS if lake.exists(d)}
+            out = consistency_outcomes(req, read("broker_applied"), read("brokers"), read("log_batches"), domains,
+                                       policy=policy, say=say).localCheckpoint(eager=True)
+            frames["consistency_outcomes"] = out
+            frames["consistency_summary"] = consistency_summary(out, req).localCheckpoint(eager=True)
+            summary.counts["consistency_outcomes"] = _by(out.where(F.col("final")), "policy", "outcome")
+        if "fencing" in chosen:
+            say("  produce leader-epoch fencing (seed 003) ...")
+            out = fencing_outcomes(read("produce_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
+                                   read("partitions")).localCheckpoint(eager=True)
+            frames["fencing_outcomes"] = out
+            frames["fencing_summary"] = fencing_summary(out).localCheckpoint(eager=True)
+            coded = lambda c: F.coalesce(c, F.col("outcome_code")).alias("o")  # noqa: E731
+            summary.counts["fencing_outcomes"] = {
+                **_by(out.select(coded(F.col("outcome_without_check"))), "o", prefix="without check: "),
+                **_by(out.select(coded(F.col("outcome_with_check"))), "o", prefix="with check: ")}
+        if "features" in chosen:
+            say("  feature levels (seeds 004, 001) ...")
+            feats, brokers, ctrls = read("features"), read("brokers"), read("controllers")
+            frames["feature_transitions"] = feature_transitions(feats, brokers, ctrls).localCheckpoint(eager=True)
+            frames["feature_protection_violations"] = feature_protection_violations(feats, brokers).localCheckpoint(eager=True)
+            if lake.exists("feature_update_requests"):
+                domains = {d: read(d) for d in LOSS_DOMAINS if lake.exists(d)}
+                out, lost = feature_update_outcomes(read("feature_update_requests"), feats, brokers, ctrls,
+                                                    read("log_batches"), opt("metadata_control"), domains,
+                                                    opt("scenario_events"), features_policy)
+                out = out.drop("_rid").localCheckpoint(eager=True)
+                frames["feature_update_outcomes"] = out
+                frames["downgrade_losses"] = lost.drop("_dorder").localCheckpoint(eager=True)
+                summary.counts["feature_update_outcomes"] = _by(out, "outcome")
+            else:
+                summary.skipped["feature updates"] = "the lake has no feature_update_requests table"
+        if "broker_states" in chosen:
+            say("  broker states (seed 002) ...")
+            out = broker_states(read("brokers"), opt("broker_applied"), opt("metadata_requests"),
+                                opt("produce_requests")).localCheckpoint(eager=True)
+            frames["broker_states"] = out
+            summary.counts["broker_states"] = _by(out, "state")
+        if "discovery" in chosen:
+            say("  client feature discovery (seed 004) ...")
+            feats, control = read("features"), opt("metadata_control")
+            tl = feature_timeline(feats, control).localCheckpoint(eager=True)
+            out = feature_discovery(read("metadata_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
+                                    feats, control, timeline=tl).localCheckpoint(eager=True)
+            frames["feature_discovery"] = out
+            frames["feature_discovery_summary"] = feature_discovery_summary(out, tl).localCheckpoint(eager=True)
+            n = out.agg(F.count(F.lit(1)).alias("requests"), F.count(F.when(F.col("status") == "ANSWERED", 1)).alias("answered"),
+                        F.count(F.when(F.col("epoch_regressed"), 1)).alias("epoch regressions"),
+                        F.count(F.when(F.col("content_regressed"), 1)).alias("content regressions")).first()
+            summary.counts["feature_discovery"] = {k: int(v) for k, v in n.asDict().items()}
+        lake.start_run(summary.run_id, list(frames))
+        try:
+            for name, df in frames.items():
+                lake.create_table(name, df.schema, partition_by=["cluster_id"])
+                r = lake.overwrite(name, df, replace_where=where)
+                summary.rows[name] = r.rows
+                say(f"  {name}: {r.rows:,} rows (v{r.version})")
+            lake.publish(list(frames), summary.run_id)
+        except BaseException:
+            lake.end_run()
+            raise
+        summary.seconds = time.monotonic() - t0
+        return summary
 
 
 def _by(df: DataFrame, *cols: str, prefix: str = "") -> dict[str, int]:
