@@ -32,10 +32,10 @@ def test_outcomes_publishes_every_gold_table(gold_tiny_run) -> None:
 
 
 def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path, monkeypatch) -> None:
-    """... and a run on inputs this small computes with interpreted expressions (engine.run_conf),
+    """... and a run on inputs this small computes with interpreted expressions (spark.sized_run),
     the session's setting restored after it."""
     import kraft_replay.outcomes.run as run
-    from kraft_replay.replay.engine import SMALL_RUN_CONF
+    from kraft_replay.spark import SMALL_RUN_CONF
 
     lake = replayed_tiny
     key = "spark.sql.codegen.factoryMode"

@@ -69,12 +69,13 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
     binaries of 20-72 MiB here; a 3 GiB driver ran out of heap). With the replay's session setting
     turned back on, the same plans have one — what the check catches.
 
-    Small runs (engine.run_conf): the first resumed append (1,200 records) is replayed with
+    Small runs (spark.sized_run): the first resumed append (1,200 records) is replayed with
     interpreted expressions, and the session's setting is back afterwards; the second, with the
     threshold lowered to 0, keeps generated code."""
-    import kraft_replay.replay.engine as engine
     import kraft_replay.replay.incremental as inc
-    from kraft_replay.replay.engine import SESSION_CONF, SMALL_RUN_CONF
+    import kraft_replay.spark.session as session
+    from kraft_replay.replay.engine import SESSION_CONF
+    from kraft_replay.spark import SMALL_RUN_CONF
 
     key = "spark.sql.optimizer.runtime.bloomFilter.enabled"
     mode_key = "spark.sql.codegen.factoryMode"
@@ -103,7 +104,7 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
     for lo, hi in ((3000, 4200), (4200, 10**9)):
         _arrive(tiny_generated.lake, lake, lo, hi)
         if lo == 4200:
-            monkeypatch.setattr(engine, "SMALL_RUN_ROWS", 0)
+            monkeypatch.setattr(session, "SMALL_RUN_ROWS", 0)
         codegen.clear()
         s = run_replay(spark, lake, say=lines.append, incremental=True, resume_min_records=0)
         assert s.modes[tiny_generated.cluster_id].startswith("INCREMENTAL"), (s.modes, lines)

@@ -31,8 +31,7 @@ from kraft_replay.outcomes.features import (
     LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
 )
 from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
-from kraft_replay.replay.engine import run_conf
-from kraft_replay.spark import session_conf
+from kraft_replay.spark import sized_run
 
 __all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
 
@@ -147,9 +146,9 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         return inputs[t]
 
     opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
-    # small inputs run on interpreted expressions, as a small replay does (engine.run_conf)
+    # small inputs run on interpreted expressions, as a small replay does (spark.sized_run)
     sized = sorted({t for p in chosen for t in (PROPOSALS[p][0], "broker_applied", "partitions") if t and lake.exists(t)})
-    with session_conf(spark, run_conf(sum(read(t).count() for t in sized))):
+    with sized_run(spark, sum(read(t).count() for t in sized)):
         frames: dict[str, DataFrame] = {}
         if "consistency" in chosen:
             say("  consistency tokens (seed 000) ...")

@@ -39,29 +39,11 @@ from kraft_replay.replay.topics import topic_removals, topic_replacements, topic
 from kraft_replay.replay.versioning import MAIN, anomaly, conform, union_all
 from kraft_replay.replay.zk_migration_state import zk_migration_state
 
-__all__ = ["ReplayTables", "Resume", "TABLE_RECORDS", "tables_changed_by", "with_inputs", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF",
-           "SMALL_RUN_ROWS", "SMALL_RUN_CONF", "run_conf"]
+__all__ = ["ReplayTables", "Resume", "TABLE_RECORDS", "tables_changed_by", "with_inputs", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
 
 #: SQL settings replay_tables sets on the session (see its docstring)
 SESSION_CONF = {"spark.sql.constraintPropagation.enabled": "false",
                 "spark.sql.optimizer.runtime.bloomFilter.enabled": "false"}
-
-#: a replay reading fewer bronze rows than this runs with :data:`SMALL_RUN_CONF` (:func:`run_conf`)
-SMALL_RUN_ROWS = 100_000
-
-#: interpreted expressions instead of generated code. A replay plans a few hundred small stages; on
-#: a few thousand rows compiling each stage's generated Java costs more than the rows do (a resumed
-#: replay of 700 records: 16-20 s with generated code, 12-16 s without; a whole replay of 200,000
-#: records: even; of 1M: 44 s against 73 s, so large runs keep generated code). Measured on 2 cores,
-#: docs/design.md "Small runs".
-SMALL_RUN_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
-
-def run_conf(rows: int) -> dict[str, str]:
-    """The SQL settings a replay reading ``rows`` bronze rows runs with (set for the run, then
-    restored): :data:`SMALL_RUN_CONF` below :data:`SMALL_RUN_ROWS`, else none."""
-    return dict(SMALL_RUN_CONF) if rows < SMALL_RUN_ROWS else {}
-
 
 @dataclass
 class ReplayTables:

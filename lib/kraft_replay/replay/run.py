@@ -24,14 +24,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from kraft_replay.replay.engine import ReplayTables, cut, replay_tables, run_conf
+from kraft_replay.replay.engine import ReplayTables, cut, replay_tables
 from kraft_replay.replay.images import image_snapshots
 from kraft_replay.replay.broker_applied import broker_applied
 from kraft_replay.replay.schemas import (
     BROKER_APPLIED, BROKER_APPLIED_SCHEMA, IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES,
 )
 from kraft_replay.replay.versioning import spark_schema
-from kraft_replay.spark import session_conf
+from kraft_replay.spark import sized_run
 
 __all__ = ["ReplayError", "ReplaySummary", "run_replay", "run_broker_applied", "check_bronze", "cluster_where",
            "QUARANTINE", "BRONZE_INPUTS", "PROGRESS"]
@@ -138,8 +138,7 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
     say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
     ckpt = checkpoint or cut
     if not incremental:
-        with session_conf(spark, run_conf(log.count() + snapshots.count())):
-            return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
+        return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
     return _run_incremental(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at),
                             resume_min_records)
 
@@ -171,10 +170,10 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
             p = inc.Plan(c, "FULL", "--image-at asks for an image the stored replay does not keep", counts=p.counts)
         if p.mode == "INCREMENTAL":
             # the new records' replay is as small as they are; the writes read stored versions too
-            with session_conf(spark, run_conf(p.counts.log_after + p.counts.control_after)):
+            with sized_run(spark, p.counts.log_after + p.counts.control_after):
                 done = inc.resume(spark, lake, p, log, control, ckpt, image_at, say=say)
             if done.fallback is None:
-                with session_conf(spark, run_conf(p.counts.log_rows + p.counts.snapshot_rows)):
+                with sized_run(spark, p.counts.log_rows + p.counts.snapshot_rows):
                     _write_increment(spark, lake, done, f"{run_id}-{len(summary.modes)}", summary, say, t0)
                 continue
             p = inc.Plan(c, "FULL", done.fallback, counts=p.counts)
@@ -186,10 +185,8 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
     if current:  # no new log rows, but maybe new metric samples: broker_applied as a replay writes it
         run_broker_applied(spark, lake, current, say=say)
     if full:
-        rows = sum(p.counts.log_rows + p.counts.snapshot_rows for p in full if p.counts is not None)
-        with session_conf(spark, run_conf(rows)):
-            whole = _run(spark, lake, run_id, [p.cluster_id for p in full], log, control, snapshots, ckpt, say, t0,
-                         image_at, plans=full)
+        whole = _run(spark, lake, run_id, [p.cluster_id for p in full], log, control, snapshots, ckpt, say, t0,
+                     image_at, plans=full)
         summary.rows.update(whole.rows)
         summary.quarantined = whole.quarantined
         summary.published = {**(summary.published or {}), **(whole.published or {})}
@@ -264,11 +261,26 @@ def _write_progress(spark: SparkSession, lake, run_id: str, plans: list, through
 def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame, control: DataFrame,  # noqa: ANN001, PLR0913
          snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame], say: Callable[[str], None], t0: float,
          image_at: list[int], plans: list | None = None) -> ReplaySummary:
+    """A whole replay of ``clusters`` (``plans``: those an incremental run replays whole; None: every
+    cluster read) in one run, on interpreted expressions when their bronze rows are few (:func:`sized_run`)."""
     from kraft_replay.replay import incremental as inc
 
     if plans is not None:  # the clusters replayed whole by an incremental run: only theirs
         only = F.col("cluster_id").isin(*clusters)
         log, control, snapshots = log.where(only), control.where(only), snapshots.where(only)
+    else:
+        counts = inc.bronze_counts(log, control, snapshots)
+        plans = [inc.Plan(c, "FULL", "a full replay was asked for", counts=counts.get(c, inc.BronzeCounts()))
+                 for c in clusters]
+    with sized_run(spark, sum(p.counts.log_rows + p.counts.snapshot_rows for p in plans)):
+        return _replay_whole(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, image_at, plans)
+
+
+def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame,  # noqa: ANN001, PLR0913
+                  control: DataFrame, snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame],
+                  say: Callable[[str], None], t0: float, image_at: list[int], plans: list) -> ReplaySummary:
+    from kraft_replay.replay import incremental as inc
+
     res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt)
     say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
         f"computed once, when the first table needs it)")
@@ -301,10 +313,6 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
             r = _write_broker_applied(lake, where)
             summary.rows[BROKER_APPLIED] = r.rows
             say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
-        if plans is None:
-            counts = inc.bronze_counts(log, control, snapshots)
-            plans = [inc.Plan(c, "FULL", "a full replay was asked for", counts=counts.get(c, inc.BronzeCounts()))
-                     for c in clusters]
         ends = {r["cluster_id"]: r["m"] for r in res.stages["usable"].groupBy("cluster_id")
                 .agg(F.max("snapshot_end_offset").alias("m")).collect()}
         for p in plans:

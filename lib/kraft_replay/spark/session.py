@@ -274,6 +274,27 @@ def stop_spark() -> None:
         _SESSION_PROFILE = None
 
 
+#: a job reading fewer rows than this runs with :data:`SMALL_RUN_CONF` (:func:`sized_run`)
+SMALL_RUN_ROWS = 100_000
+
+#: interpreted expressions instead of generated code. The replay and outcome jobs plan hundreds of
+#: small stages; on a few thousand rows compiling each stage's generated Java costs more than the
+#: rows do, on a million it pays (measured on 2 cores: docs/design.md, "Incremental replay", small runs).
+SMALL_RUN_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def small_run_conf(rows: int) -> dict[str, str]:
+    """The SQL settings for a job reading ``rows`` rows: :data:`SMALL_RUN_CONF` below
+    :data:`SMALL_RUN_ROWS`, else none (a copy: the caller may change it)."""
+    return dict(SMALL_RUN_CONF) if rows < SMALL_RUN_ROWS else {}
+
+
+def sized_run(spark, rows: int):  # noqa: ANN001, ANN201 - a SparkSession; a context manager
+    """:func:`session_conf` with :func:`small_run_conf` of ``rows``: the block runs with
+    interpreted expressions when it reads few rows, then the previous settings are back."""
+    return session_conf(spark, small_run_conf(rows))
+
+
 @contextmanager
 def session_conf(spark, conf: dict[str, str]) -> Iterator[None]:  # noqa: ANN001 - a SparkSession
     """Set the SQL settings ``conf`` on ``spark`` for the block, then restore the previous values."""
