@@ -70,8 +70,9 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
     turned back on, the same plans have one — what the check catches.
 
     Small runs (spark.sized_run): the first resumed append (1,200 records) is replayed with
-    interpreted expressions, and the session's setting is back afterwards; the second, with the
-    threshold lowered to 0, keeps generated code."""
+    interpreted expressions and without adaptive execution, and the session's settings are back
+    afterwards; the second, with the threshold lowered to 0, keeps generated code and adaptive
+    execution."""
     import kraft_replay.replay.incremental as inc
     import kraft_replay.spark.session as session
     from kraft_replay.replay.engine import SESSION_CONF
@@ -79,12 +80,13 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
 
     key = "spark.sql.optimizer.runtime.bloomFilter.enabled"
     mode_key = "spark.sql.codegen.factoryMode"
+    aqe_key = "spark.sql.adaptive.enabled"
     plans: dict[str, list[bool]] = {"off": [], "on": []}
-    codegen: list[str | None] = []
+    codegen: list[tuple[str | None, str | None]] = []
     merge = inc.merge_versions
 
     def merge_checked(stored, new, table, at):  # noqa: ANN001, ANN202
-        codegen.append(spark.conf.get(mode_key, None))
+        codegen.append((spark.conf.get(mode_key, None), spark.conf.get(aqe_key, None)))
         out = merge(stored, new, table, at)
         for mode, value in (("off", SESSION_CONF[key]), ("on", "true")):
             spark.conf.set(key, value)
@@ -98,9 +100,10 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
     first = run_replay(spark, lake, say=_quiet, incremental=True, resume_min_records=0)
     assert first.modes == {tiny_generated.cluster_id: "FULL (no earlier replay of the cluster in this lake)"}
     lines: list[str] = []
-    session_mode = spark.conf.get(mode_key, None)
-    assert session_mode != SMALL_RUN_CONF[mode_key]
-    seen: list[set[str | None]] = []
+    session_mode = (spark.conf.get(mode_key, None), spark.conf.get(aqe_key, None))
+    small_mode = (SMALL_RUN_CONF[mode_key], SMALL_RUN_CONF[aqe_key])
+    assert session_mode[0] != small_mode[0] and session_mode[1] != small_mode[1] == "false"
+    seen: list[set[tuple[str | None, str | None]]] = []
     for lo, hi in ((3000, 4200), (4200, 10**9)):
         _arrive(tiny_generated.lake, lake, lo, hi)
         if lo == 4200:
@@ -109,8 +112,8 @@ def test_tiny_cluster_in_three_appends_equals_the_whole_replay(spark, tiny_gener
         s = run_replay(spark, lake, say=lines.append, incremental=True, resume_min_records=0)
         assert s.modes[tiny_generated.cluster_id].startswith("INCREMENTAL"), (s.modes, lines)
         seen.append(set(codegen))
-        assert spark.conf.get(mode_key, None) == session_mode  # restored after the run
-    assert seen == [{SMALL_RUN_CONF[mode_key]}, {session_mode}], seen
+        assert (spark.conf.get(mode_key, None), spark.conf.get(aqe_key, None)) == session_mode  # restored
+    assert seen == [{small_mode}, {session_mode}], seen
     assert any(ln.strip().startswith("log_batches:") and "rewritten" in ln for ln in lines), lines  # certainty moved
     progress = lake.read(REPLAY_PROGRESS).first()
     assert (progress["mode"], progress["through_offset"]) == ("INCREMENTAL", 6011)

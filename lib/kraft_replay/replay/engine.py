@@ -38,6 +38,7 @@ from kraft_replay.replay.scram_credentials import scram_credentials
 from kraft_replay.replay.topics import topic_removals, topic_replacements, topics
 from kraft_replay.replay.versioning import MAIN, anomaly, conform, union_all
 from kraft_replay.replay.zk_migration_state import zk_migration_state
+from kraft_replay.spark import lineage_cut
 
 __all__ = ["ReplayTables", "Resume", "TABLE_RECORDS", "tables_changed_by", "with_inputs", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
 
@@ -73,8 +74,9 @@ def cut(df: DataFrame) -> DataFrame:
     """The checkpoint the batch job and the tests use: the stage is computed once, when first read,
     and its lineage is cut (a local checkpoint), so later stages neither recompute nor re-analyse its
     plan. (Persisting instead keeps the whole plan: every later stage re-analyses it and the cache
-    lookup compares it with every cached plan, minutes of driver time on a plan this wide.)"""
-    return df.localCheckpoint(eager=False)
+    lookup compares it with every cached plan, minutes of driver time on a plan this wide.)
+    :func:`kraft_replay.spark.lineage_cut`: the columns get fresh ids, so self-joins resolve."""
+    return lineage_cut(df)
 
 
 #: the record types (api keys) that change each versioned table: a table whose types are absent

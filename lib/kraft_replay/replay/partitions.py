@@ -31,6 +31,7 @@ from kraft_replay.replay.versioning import (
     MAIN, ORDER, STREAM, anomaly, annotate, current, spark_type, versions,
 )
 from kraft_replay.replay.schemas import SILVER_TABLES
+from kraft_replay.spark import lineage_cut
 
 __all__ = ["partition_events", "partitions", "MAX_FIXPOINT_PASSES"]
 
@@ -263,16 +264,16 @@ def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
     mismatching change of a segment as failed. The result is computed once (lineage cut)."""
     spark = ev.sparkSession
     first = _carry(ev.withColumn("_failed", F.lit(False)))
-    first = first.drop(*[c for c in ev.columns if c.startswith("r_")]).localCheckpoint(eager=False)
-    bad = first.where(F.col("_mismatch")).select(*STREAM, *KEY).distinct().localCheckpoint(eager=False)
+    first = lineage_cut(first.drop(*[c for c in ev.columns if c.startswith("r_")]))
+    bad = lineage_cut(first.where(F.col("_mismatch")).select(*STREAM, *KEY).distinct())
     if bad.isEmpty():
         return first, spark.createDataFrame([], _FAILED_SCHEMA)
     risky = ev.join(F.broadcast(bad), [*STREAM, *KEY], "left_semi").withColumn("_failed", F.lit(False))
-    risky = risky.localCheckpoint(eager=False)
+    risky = lineage_cut(risky)
     failed = None
     for _ in range(MAX_FIXPOINT_PASSES):
-        carried = _carry(risky, recount=True).localCheckpoint(eager=False)
-        new = _first_mismatches(carried).localCheckpoint(eager=False)
+        carried = lineage_cut(_carry(risky, recount=True))
+        new = lineage_cut(_first_mismatches(carried))
         if new.isEmpty():
             break
         failed = new if failed is None else failed.unionByName(new)
@@ -282,7 +283,7 @@ def _resolve(ev: DataFrame) -> tuple[DataFrame, DataFrame]:
     else:
         raise RuntimeError(f"partitions: directory mismatches did not settle in {MAX_FIXPOINT_PASSES} passes")
     good = first.join(F.broadcast(bad), [*STREAM, *KEY], "left_anti")
-    out = good.unionByName(carried.select(*good.columns)).localCheckpoint(eager=False)
+    out = lineage_cut(good.unionByName(carried.select(*good.columns)))
     return out, failed if failed is not None else spark.createDataFrame([], _FAILED_SCHEMA)
 
 

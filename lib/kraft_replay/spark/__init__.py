@@ -1,9 +1,9 @@
 """Spark session factory (knows nothing of Kafka)."""
 
 from kraft_replay.spark.session import (
-    SMALL_RUN_CONF, SMALL_RUN_ROWS, JavaNotFoundError, SessionError, find_java_home, get_spark, session_conf, sized_run,
-    small_run_conf, stop_spark,
+    SMALL_RUN_CONF, SMALL_RUN_ROWS, JavaNotFoundError, SessionError, find_java_home, get_spark, lineage_cut, session_conf,
+    sized_run, small_run_conf, stop_spark,
 )
 
-__all__ = ["JavaNotFoundError", "SessionError", "find_java_home", "get_spark", "session_conf", "sized_run", "small_run_conf",
+__all__ = ["JavaNotFoundError", "SessionError", "find_java_home", "get_spark", "lineage_cut", "session_conf", "sized_run", "small_run_conf",
            "stop_spark", "SMALL_RUN_CONF", "SMALL_RUN_ROWS"]

@@ -277,10 +277,14 @@ def stop_spark() -> None:
 #: a job reading fewer rows than this runs with :data:`SMALL_RUN_CONF` (:func:`sized_run`)
 SMALL_RUN_ROWS = 100_000
 
-#: interpreted expressions instead of generated code. The replay and outcome jobs plan hundreds of
-#: small stages; on a few thousand rows compiling each stage's generated Java costs more than the
-#: rows do, on a million it pays (measured on 2 cores: docs/design.md, "Incremental replay", small runs).
-SMALL_RUN_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+#: interpreted expressions instead of generated code, and no adaptive execution with one shuffle
+#: partition. The replay and outcome jobs plan hundreds of small stages; on a few thousand rows
+#: compiling each stage's generated Java costs more than the rows do, on a million it pays; adaptive
+#: execution runs every stage's shuffles as jobs of their own when a stage is checkpointed (a tiny
+#: whole replay: 165 Spark jobs with it, 62 without), and one partition is all a few thousand rows
+#: need (measured on 2 cores: docs/design.md, "Incremental replay", small runs).
+SMALL_RUN_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+                  "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 
 
 def small_run_conf(rows: int) -> dict[str, str]:
@@ -293,6 +297,15 @@ def sized_run(spark, rows: int):  # noqa: ANN001, ANN201 - a SparkSession; a con
     """:func:`session_conf` with :func:`small_run_conf` of ``rows``: the block runs with
     interpreted expressions when it reads few rows, then the previous settings are back."""
     return session_conf(spark, small_run_conf(rows))
+
+
+def lineage_cut(df):  # noqa: ANN001, ANN201 - a DataFrame
+    """``df`` computed once, when first read, with its lineage cut (a lazy local checkpoint), and
+    its columns under fresh ids (``toDF``: one alias per column) so that a join of it with a frame it
+    was derived from resolves: without adaptive execution (:data:`SMALL_RUN_CONF`) Spark 4.2's
+    analyzer fails on such a join over the checkpoint's own column ids ("Failure when resolving
+    conflicting references in Join")."""
+    return df.localCheckpoint(eager=False).toDF(*df.columns)
 
 
 @contextmanager
