@@ -260,12 +260,13 @@ def test_image_snapshots_at_every_metadata_version_change_and_on_request(replaye
 
 
 def test_small_runs_use_interpreted_expressions_large_ones_generated_code() -> None:
-    """spark.small_run_conf: below SMALL_RUN_ROWS rows a job runs without generated code; at and
-    above it the session's settings are left alone."""
+    """spark.small_run_conf: below SMALL_RUN_ROWS rows a job runs without generated code and without
+    adaptive execution; at and above it the session's settings are left alone."""
     from kraft_replay.spark import SMALL_RUN_CONF, SMALL_RUN_ROWS, small_run_conf
 
     assert small_run_conf(0) == small_run_conf(SMALL_RUN_ROWS - 1) == SMALL_RUN_CONF
     assert SMALL_RUN_CONF["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
+    assert SMALL_RUN_CONF["spark.sql.adaptive.enabled"] == "false"
     assert small_run_conf(SMALL_RUN_ROWS) == small_run_conf(10**9) == {}
     small_run_conf(1).clear()  # a copy: the caller cannot change the module's setting
     assert small_run_conf(1) == SMALL_RUN_CONF

@@ -31,7 +31,7 @@ from kraft_replay.outcomes.features import (
     LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
 )
 from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
-from kraft_replay.spark import sized_run
+from kraft_replay.spark import SMALL_RUN_ROWS, sized_run
 
 __all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
 
@@ -146,9 +146,14 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         return inputs[t]
 
     opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
-    # small inputs run on interpreted expressions, as a small replay does (spark.sized_run)
+    # small inputs run as a small replay does (spark.sized_run); counting stops once they are not small
     sized = sorted({t for p in chosen for t in (PROPOSALS[p][0], "broker_applied", "partitions") if t and lake.exists(t)})
-    with sized_run(spark, sum(read(t).count() for t in sized)):
+    rows = 0
+    for t in sized:
+        rows += read(t).count()
+        if rows >= SMALL_RUN_ROWS:
+            break
+    with sized_run(spark, rows):
         frames: dict[str, DataFrame] = {}
         if "consistency" in chosen:
             say("  consistency tokens (seed 000) ...")

@@ -295,7 +295,8 @@ def small_run_conf(rows: int) -> dict[str, str]:
 
 def sized_run(spark, rows: int):  # noqa: ANN001, ANN201 - a SparkSession; a context manager
     """:func:`session_conf` with :func:`small_run_conf` of ``rows``: the block runs with
-    interpreted expressions when it reads few rows, then the previous settings are back."""
+    interpreted expressions, without adaptive execution, on one shuffle partition when it reads few
+    rows, then the previous settings are back."""
     return session_conf(spark, small_run_conf(rows))
 
 
