@@ -20,6 +20,7 @@ from kraft_replay.generate.requests import METADATA_REQUESTS_SCHEMA
 from kraft_replay.ingest.tables import arrow_df
 from kraft_replay.outcomes.consistency import (
     CONSISTENCY_OUTCOMES_COLUMNS, RetryPolicy, consistency_outcomes, consistency_summary, load_retry_policy,
+    lower_percentiles,
 )
 from kraft_replay.replay.schemas import BROKER_APPLIED_SCHEMA, silver_schema
 
@@ -186,7 +187,7 @@ def test_retry_to_the_same_broker_until_attempts_run_out(spark, inputs) -> None:
 
 
 def test_summary_weighs_violations_avoided_against_waits_and_retries(spark, inputs, outcomes) -> None:
-    s = consistency_summary(outcomes, inputs[0]).where("context_group = 'g2' AND target_broker = 1")
+    s = consistency_summary(outcomes).where("context_group = 'g2' AND target_broker = 1")
     got = s.select("policy", "requests", "attempts", "retries", "admitted", "admitted_after_wait", "stale_metadata",
                    "failed_stale", "violations", "violations_avoided", "wait_ms_max", "latency_ms_max")
     want = spark.createDataFrame(
@@ -195,6 +196,24 @@ def test_summary_weighs_violations_avoided_against_waits_and_retries(spark, inpu
         "policy string, requests long, attempts long, retries long, admitted long, admitted_after_wait long, "
         "stale_metadata long, failed_stale long, violations long, violations_avoided long, wait_ms_max long, "
         "latency_ms_max long")
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_attempts_that_do_not_settle_are_one_error(spark, inputs, monkeypatch) -> None:
+    import kraft_replay.outcomes.consistency as consistency
+
+    monkeypatch.setattr(consistency, "MAX_ROUNDS", 1)  # every scope needs two rounds to see that it settled
+    with pytest.raises(consistency.ConvergenceError, match=r"^consistency outcomes: cluster C, scope '\w+', policy none: the attempts did not settle in 1 rounds$"):
+        consistency_outcomes(*inputs)
+
+
+def test_lower_percentiles_are_exact_per_group(spark) -> None:
+    # a: 1..10 (p50 = sorted[4] = 5, p99 = sorted[9] = 10); b: 7, 7, 3 and a null (p50 = sorted[1] = 7);
+    # c: only nulls -> no row
+    rows = [("a", v) for v in (10, 3, 1, 2, 9, 4, 8, 5, 7, 6)] + [("b", 7), ("b", None), ("b", 3), ("b", 7), ("c", None)]
+    df = spark.createDataFrame(rows, "k string, v long")
+    got = lower_percentiles(df, ["k"], "v", {"p50": 0.5, "p99": 0.99, "p0": 0.0}, "max")
+    want = spark.createDataFrame([("a", 5, 10, 1, 10), ("b", 7, 7, 3, 7)], "k string, p50 long, p99 long, p0 long, max long")
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
 
 

@@ -77,7 +77,7 @@ def test_consistency_equals_the_oracle(spark, tables) -> None:
     assert got.where("attempt > 0").count() > 0 and got.where("stale_entities > 0").count() > 0
     assert _first_difference(got, exp, ["request_id", "policy", "attempt"]) is None
     assert_df_equality(got, _frame(spark, exp, got), ignore_row_order=True, ignore_nullable=True)
-    summary = consistency_summary(got, tables["metadata_requests"])
+    summary = consistency_summary(got)
     want = consistency_oracle.consistency_summary(exp, rows["metadata_requests"])
     assert _first_difference(summary, want, ["target_broker", "context_group", "hour", "policy"]) is None
     assert_df_equality(summary, _frame(spark, want, summary), ignore_row_order=True, ignore_nullable=True)

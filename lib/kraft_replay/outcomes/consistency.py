@@ -16,15 +16,18 @@ Rules, in order (seed 000, "Handling"):
    the token within the request timeout, else ``STALE_METADATA`` after it (``wait``).
 
 The token a client sends is the running maximum of the response tokens its scope (its shared
-``ConsistencyContextStore``: the context group, or the client alone) received strictly before — a
-window over the scope's responses and attempts in time order. Responses depend on tokens (a wait
-delays a response and raises its token; a stale answer brings a retry), but only forwards in time, so
-the rows are unique: :func:`consistency_outcomes` recomputes the token-carrying attempts from the
-previous round's responses and retries until nothing changes — scope by scope: a scope's rows depend
-on its own answers only, so a scope whose rows came out the same twice is settled and left out of the
-later rounds (attempts without a token depend on no other answer: they are computed once). The
-counterfactual (``monotonic_read_violation``, ``offsets_older``, ``ms_older``, ``stale_domain``,
-``stale_entities``) says what an admitted answer older than one the scope already saw got wrong.
+``ConsistencyContextStore``: the context group, or the client alone) received strictly before.
+Responses depend on tokens (a wait delays a response and raises its token; a stale answer brings a
+retry), but only forwards in time, so the rows are unique, and a scope's rows depend on its own
+answers only. Each (cluster, scope) group of requests goes to one ``applyInArrow`` call
+(:mod:`kraft_replay.outcomes.scope_play`): per policy, rounds decide every attempt (the first ones
+and the retries of the previous round's stale answers) against the previous round's answers — a
+sorted running maximum and ``searchsorted`` over the whole scope, vectorised, no loop over clients
+or records — until a round repeats the one before; the brokers' step functions and the batches'
+append times are broadcast to the workers. The counterfactual (``monotonic_read_violation``,
+``offsets_older``, ``ms_older``, ``stale_domain``) comes out of the same call; ``stale_entities`` (what
+an admitted answer older than one the scope already saw got wrong) is an equi-join of the violating
+rows with the changes of the domain they read.
 """
 
 from __future__ import annotations
@@ -39,15 +42,14 @@ from pyspark.sql import functions as F
 
 from kraft_replay.config import CONF_DIR
 from kraft_replay.outcomes.cache_lag import leader_changes
-from kraft_replay.outcomes.lookups import (
-    applied_at, batch_time_at, count_changes, entity_changes, known_brokers, log_span, outside_log, with_known_and_span,
-)
+from kraft_replay.outcomes.lookups import count_changes, entity_changes, known_brokers, log_span
+from kraft_replay.outcomes.scope_play import DOMAIN_TAGS, OUTCOME_NAMES, PLAY_OUTPUT, cluster_steps, play_scope
 from kraft_replay.replay.schemas import SILVER_TABLES
 
 __all__ = [
-    "CACHE_READ_KEYS", "DOMAIN_OF_KEY", "POLICIES", "RetryPolicy", "load_retry_policy", "first_attempts",
+    "CACHE_READ_KEYS", "DOMAIN_OF_KEY", "POLICIES", "RetryPolicy", "load_retry_policy", "token_scope",
     "consistency_outcomes", "consistency_summary", "CONSISTENCY_OUTCOMES_COLUMNS", "CONSISTENCY_SUMMARY_COLUMNS",
-    "ConvergenceError", "STALE_DOMAINS",
+    "ConvergenceError", "STALE_DOMAINS", "lower_percentiles",
 ]
 
 #: Facts §10: the API keys whose handling reads the broker's metadata cache.
@@ -60,8 +62,7 @@ LEADER_KEYS = (3, 75)
 STALE_DOMAINS = tuple(sorted(set(DOMAIN_OF_KEY.values())))
 POLICIES = ("none", "fail", "wait")
 NO_ANSWER = ("UNKNOWN_BROKER", "OUTSIDE_LOG", "NO_BROKER_STATE")
-MAX_ROUNDS = 20
-WAIT_BUCKET_MS = 1000
+MAX_ROUNDS = 100
 _NO_GROUP = "\u0000"
 
 CONSISTENCY_OUTCOMES_COLUMNS = [
@@ -122,182 +123,86 @@ def token_scope() -> Column:
     return F.when(uses, F.coalesce("context_group", "client_id")).otherwise(F.col("client_id"))
 
 
-def first_attempts(requests: DataFrame) -> DataFrame:
-    """Seed 000: attempt 0 of every request under each policy, with its scope (the context group of a
-    client using tokens, else the client) and the cluster id sent (null under ``none``)."""
-    uses = F.coalesce(F.col("uses_consistency_token"), F.lit(False))
-    pol = F.explode(F.array(*[F.lit(p) for p in POLICIES])).alias("policy")
-    r = requests.select("*", pol)
-    return r.select(
-        "cluster_id", "request_id", "policy", F.lit(0).alias("attempt"), F.col("request_time").alias("attempt_time"),
-        "request_time", "client_id", "context_group",
-        token_scope().alias("scope"),
-        uses.alias("uses_consistency_token"), F.col("api_key").cast("int").alias("api_key"),
-        F.col("api_key").isin(*CACHE_READ_KEYS).alias("reads_metadata_cache"),
-        F.col("target_broker").cast("int").alias("target_broker"),
-        F.when(F.col("policy") != "none", F.col("cluster_id_sent")).alias("cluster_id_sent"),
+def _played(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, log_batches: DataFrame,
+            policy: RetryPolicy) -> DataFrame:
+    """Every attempt of every request under each policy, rules 1-6 (module docstring), without the
+    counterfactual: each (cluster, scope) group of requests played by :func:`scope_play.play_scope` on
+    Arrow batches, the brokers' step functions broadcast to it. Eager; the broadcast is released."""
+    spark = requests.sparkSession
+    iv = broker_applied.select(
+        "cluster_id", "broker_id", _us(F.col("from_time")).alias("start"), _us(F.col("to_time")).alias("end"),
+        F.when(F.col("state") == "APPLIED", F.col("applied_offset")).alias("offset")).toArrow()
+    spans = log_span(log_batches, broker_applied).select(
+        "cluster_id", _us(F.col("span_start")).alias("span_start"), _us(F.col("span_end")).alias("span_end")).toArrow()
+    batches = log_batches.select("cluster_id", F.col("batch_base_offset").alias("base"),
+                                 _us(F.col("append_time")).alias("time")).toArrow()
+    steps = spark.sparkContext.broadcast(cluster_steps(iv, known_brokers(brokers).toArrow(), spans, batches))
+    del batches
+    del iv
+    max_attempts, backoff, same = policy.max_attempts, policy.retry_backoff_ms, policy.retry_target == "same"
+    rounds = MAX_ROUNDS
+
+    def play(reqs):  # noqa: ANN001, ANN202 - pyarrow.Table -> pyarrow.Table
+        return play_scope(reqs, steps.value, max_attempts, backoff, same, rounds)
+
+    r = requests.select(
+        "cluster_id", token_scope().alias("scope"), "request_id", _us(F.col("request_time")).alias("_t"), "client_id",
+        "context_group", "uses_consistency_token", F.col("api_key").cast("int").alias("api_key"),
+        F.col("target_broker").cast("int").alias("target_broker"), "cluster_id_sent",
         F.col("request_timeout_ms").cast("long").alias("request_timeout_ms"))
-
-
-_ATTEMPT_COLUMNS = ["cluster_id", "request_id", "policy", "attempt", "attempt_time", "request_time", "client_id",
-                    "context_group", "scope", "uses_consistency_token", "api_key", "reads_metadata_cache",
-                    "target_broker", "cluster_id_sent", "request_timeout_ms"]
-
-
-def _seen(attempts: DataFrame, responses: DataFrame) -> DataFrame:
-    """``seen_offset``: the largest response token (>= 0) of the scope's ``responses`` (same policy)
-    received strictly before each attempt (at one instant attempts sort before responses); -1."""
-    a = attempts.select("*", _us(F.col("attempt_time")).alias("_t"), F.lit(0).alias("_k"),
-                        F.lit(None).cast("long").alias("_tok"))
-    r = responses.where(F.col("response_token") >= 0).select(
-        "cluster_id", "policy", "scope", _us(F.col("response_time")).alias("_t"), F.lit(1).alias("_k"),
-        F.col("response_token").alias("_tok"))
-    w = Window.partitionBy("cluster_id", "policy", "scope").orderBy("_t", "_k").rowsBetween(Window.unboundedPreceding, 0)
-    u = a.unionByName(r, allowMissingColumns=True).select("*", F.max("_tok").over(w).alias("_seen"))
-    return u.where(F.col("_k") == 0).select(*attempts.columns, F.coalesce("_seen", F.lit(-1)).cast("long").alias("seen_offset"))
-
-
-def _waits(stale: DataFrame, broker_applied: DataFrame) -> DataFrame:
-    """Seed 000, wait policy: per stale ``wait`` attempt (``_aid``), ``_found_us`` / ``_found_offset``:
-    the earliest ``APPLIED`` interval of the target starting in (t, t + timeout] with an offset >= the
-    token — an equi-join on 1 s buckets (each attempt exploded over the buckets of its timeout)."""
-    b = WAIT_BUCKET_MS * 1000
-    t = _us(F.col("attempt_time"))
-    s = stale.select("cluster_id", "_aid", "target_broker", "token_sent", t.alias("_t"),
-                     (t + F.col("request_timeout_ms") * 1000).alias("_end"),
-                     F.explode(F.sequence(F.floor(t / b).cast("long"),
-                                          F.floor((t + F.col("request_timeout_ms") * 1000) / b).cast("long"))).alias("_b"))
-    iv = broker_applied.where(F.col("state") == "APPLIED").select(
-        "cluster_id", F.col("broker_id").alias("target_broker"), _us(F.col("from_time")).alias("_from"),
-        "applied_offset", F.floor(_us(F.col("from_time")) / b).cast("long").alias("_b"))
-    j = s.join(iv, ["cluster_id", "target_broker", "_b"]).where(
-        (F.col("_from") > F.col("_t")) & (F.col("_from") <= F.col("_end")) & (F.col("applied_offset") >= F.col("token_sent")))
-    return j.groupBy("cluster_id", "_aid").agg(F.min("_from").alias("_found_us"),
-                                               F.min_by("applied_offset", "_from").alias("_found_offset"))
-
-
-def _prepare(attempts: DataFrame, broker_applied: DataFrame, known: DataFrame, span: DataFrame) -> DataFrame:
-    """What an attempt's outcome needs besides its token (it depends on no other answer, so each
-    attempt is looked up once): ``_known`` (its target is a known broker), the log span, the target's
-    ``applied_offset`` at the attempt time."""
-    return applied_at(with_known_and_span(attempts, known, span), broker_applied, "attempt_time", "target_broker")
-
-
-def _evaluate(attempts: DataFrame, responses: DataFrame, broker_applied: DataFrame) -> DataFrame:
-    """One round: each (prepared) attempt's token from ``responses`` (the previous round's), its outcome
-    (rules 1-6 of the module docstring), wait and response."""
-    a = _seen(attempts, responses)
-    token = F.when((F.col("policy") != "none") & F.col("uses_consistency_token"), F.col("seen_offset")).otherwise(F.lit(-1))
-    a = a.select("*", token.cast("long").alias("token_sent"),
-                 F.xxhash64("cluster_id", "request_id", "policy", "attempt").alias("_aid"))
-    t = F.col("attempt_time")
-    code = (F.when(F.col("_known").isNull(), "UNKNOWN_BROKER").when(outside_log(t), "OUTSIDE_LOG")
-            .when(F.col("cluster_id_sent").isNotNull() & (F.col("cluster_id_sent") != F.col("cluster_id")),
-                  "INCONSISTENT_CLUSTER_ID")
-            .when(F.col("applied_offset").isNull(), "NO_BROKER_STATE")
-            .when(~F.col("reads_metadata_cache") | (F.col("token_sent") <= F.col("applied_offset")), "ADMITTED")
-            .otherwise("STALE_METADATA"))
-    a = a.select("*", code.alias("_code")).localCheckpoint(eager=True)
-    # only stale attempts under ``wait`` look further (when their target catches up, or its offset at
-    # the timeout): the others are answered at once, without joins
-    is_wait = (F.col("_code") == "STALE_METADATA") & (F.col("policy") == "wait")
-    no_token = F.col("_code").isin(*NO_ANSWER, "INCONSISTENT_CLUSTER_ID")
-    at_once = a.where(~is_wait).select(
-        *_ATTEMPT_COLUMNS, "seen_offset", "token_sent", "applied_offset", F.col("_code").alias("outcome"),
-        F.lit(0).cast("long").alias("wait_ms"), F.col("attempt_time").alias("response_time"),
-        F.when(no_token, F.lit(-1)).otherwise(F.col("applied_offset")).cast("long").alias("response_token"))
-    stale_wait = a.where(is_wait)
-    w = stale_wait.join(_waits(stale_wait, broker_applied), ["cluster_id", "_aid"], "left")
-    found = F.col("_found_us").isNotNull()
-    wait_ms = F.when(found, F.floor((F.col("_found_us") - _us(t)) / 1000)).otherwise(F.col("request_timeout_ms"))
-    # response time: the found interval's start exactly (µs), else t + the timeout
-    resp_us = F.when(found, F.col("_found_us")).otherwise(_us(t) + F.col("request_timeout_ms") * 1000)
-    w = w.select("*", F.when(found, F.lit("ADMITTED_AFTER_WAIT")).otherwise(F.lit("STALE_METADATA")).alias("outcome"),
-                 wait_ms.cast("long").alias("wait_ms"),
-                 F.timestamp_micros(resp_us.cast("long")).alias("response_time")).localCheckpoint(eager=True)
-    late = applied_at(w.where(~found).select("cluster_id", "_aid", "target_broker", "response_time"),
-                      broker_applied, "response_time", "target_broker", out="_late_offset")
-    w = w.join(late.select("cluster_id", "_aid", "_late_offset"), ["cluster_id", "_aid"], "left")
-    token_out = F.when(found, F.col("_found_offset")).otherwise(F.coalesce(F.col("_late_offset"), F.lit(-1)))
-    waited = w.select(*_ATTEMPT_COLUMNS, "seen_offset", "token_sent", "applied_offset", "outcome", "wait_ms",
-                      "response_time", token_out.cast("long").alias("response_token"))
-    return at_once.unionByName(waited)
-
-
-def _next_broker(known: DataFrame) -> DataFrame:
-    """``cluster_id``, ``broker_id``, ``next_broker``: the next known broker id, ascending, cyclic."""
-    w = Window.partitionBy("cluster_id").orderBy("broker_id")
-    first = F.first("broker_id").over(w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing))
-    return known.select("cluster_id", "broker_id", F.coalesce(F.lead("broker_id").over(w), first).alias("next_broker"))
-
-
-def _retries(evaluated: DataFrame, policy: RetryPolicy, nxt: DataFrame, broker_applied: DataFrame, known: DataFrame,
-             span: DataFrame) -> DataFrame:
-    """Seed 000 "Clients": a ``STALE_METADATA`` attempt is retried ``retry_backoff_ms`` after its answer,
-    to the same or the next broker, until ``max_attempts``."""
-    s = evaluated.where((F.col("outcome") == "STALE_METADATA") & (F.col("attempt") + 1 < policy.max_attempts))
-    if policy.retry_target == "next":
-        s = s.join(F.broadcast(nxt.withColumnRenamed("broker_id", "target_broker")), ["cluster_id", "target_broker"], "left")
-        target = F.coalesce(F.col("next_broker"), F.col("target_broker"))
-    else:
-        target = F.col("target_broker")
-    cols = {c: F.col(c) for c in _ATTEMPT_COLUMNS}
-    cols["attempt"] = (F.col("attempt") + 1).cast("int")
-    cols["attempt_time"] = F.timestamp_micros(_us(F.col("response_time")) + policy.retry_backoff_ms * 1000)
-    cols["target_broker"] = target.cast("int")
-    return _prepare(s.select(*[v.alias(k) for k, v in cols.items()]), broker_applied, known, span)
-
-
-def _scope_sums(df: DataFrame) -> DataFrame:
-    """Per (cluster, policy, scope): how many attempt rows and a sum of their hashes (``_n``, ``_h``)."""
-    h = F.xxhash64("cluster_id", "request_id", "policy", "attempt", "attempt_time", "target_broker", "outcome",
-                   "response_time", "response_token", "token_sent")
-    return df.groupBy("cluster_id", "policy", "scope").agg(F.count(F.lit(1)).alias("_n"),
-                                                           F.sum(h.cast("decimal(38,0)")).alias("_h"))
-
-
-def _violations(rows: DataFrame, log_batches: DataFrame, domains: dict[str, DataFrame]) -> DataFrame:
-    """Seed 000 counterfactual: for an admitted answer of a cache-reading key older than one its scope
-    already saw, how much older and what it got wrong (``stale_domain``, ``stale_entities``)."""
-    admitted = F.col("outcome").isin("ADMITTED", "ADMITTED_AFTER_WAIT")
-    viol = (admitted & F.col("reads_metadata_cache") & (F.col("response_token") >= 0)
-            & (F.col("response_token") < F.col("seen_offset")))
+    played = r.groupBy("cluster_id", "scope").applyInArrow(play, PLAY_OUTPUT)
+    try:
+        held = played.localCheckpoint(eager=True)
+    except Exception as e:  # a scope that did not settle, raised in a Python worker
+        if "RoundsExceeded" in str(e):
+            raise ConvergenceError("consistency outcomes: " + str(e).split("RoundsExceeded: ")[-1].splitlines()[0]) from None
+        raise
+    finally:
+        steps.destroy()
+    # names for the indexes the checkpoint holds (a projection read with it: nothing stored twice)
+    name = lambda names, i: F.element_at(F.array(*[F.lit(n) for n in names]), F.col(i) + 1)  # noqa: E731
     dom = F.create_map(*[x for k, d in DOMAIN_OF_KEY.items() for x in (F.lit(k), F.lit(d))])
-    key_tag = F.when(F.col("api_key").isin(*LEADER_KEYS), F.lit("partitions_leader")).otherwise(dom[F.col("api_key")])
-    # cut lineage: the violating rows are looked up and joined back (a self-join the planner can lose)
-    r = rows.select("*", viol.alias("monotonic_read_violation"), F.xxhash64("cluster_id", "request_id", "policy",
-                                                                               "attempt").alias("_aid")) \
-        .localCheckpoint(eager=True)
-    v = r.where("monotonic_read_violation").select("cluster_id", "_aid", "seen_offset", "response_token",
-                                                   key_tag.alias("_domain"))
-    v = batch_time_at(v, log_batches, "seen_offset", "_seen_t")
-    v = batch_time_at(v, log_batches, "response_token", "_resp_t")
+    viol = F.col("monotonic_read_violation")
+    return held.select(
+        "cluster_id", "request_id", name(POLICIES, "_policy").alias("policy"), "attempt", "final",
+        F.timestamp_micros("_attempt_us").alias("attempt_time"), "client_id", "context_group", "scope", "api_key",
+        F.coalesce(F.col("api_key").isin(*CACHE_READ_KEYS), F.lit(False)).alias("reads_metadata_cache"),
+        "target_broker", "cluster_id_sent", "token_sent", "seen_offset", "applied_offset",
+        name(OUTCOME_NAMES, "_outcome").alias("outcome"), "wait_ms",
+        F.timestamp_micros("_response_us").alias("response_time"), "response_token", "monotonic_read_violation",
+        "offsets_older", "ms_older", F.when(viol, dom[F.col("api_key")]).alias("stale_domain"),
+        name(DOMAIN_TAGS, "_domain").alias("_domain"))
+
+
+def _stale_entities(rows: DataFrame, domains: dict[str, DataFrame]) -> DataFrame:
+    """Seed 000 counterfactual, what a stale answer got wrong: for each ``monotonic_read_violation``
+    row, ``stale_entities`` = how many entities of the domain its key reads changed in
+    (``response_token``, ``seen_offset``] (for keys 3 and 75 leader-affecting partition changes);
+    null for the other rows. Only the violating rows are looked up (the equi-join on offset buckets
+    of :func:`lookups.count_changes`), only in the domains they read; the rest keep their rows."""
+    key = ["cluster_id", "request_id", "policy", "attempt"]
+    v = rows.where("monotonic_read_violation").select("*", F.xxhash64(*key).alias("_aid")).localCheckpoint(eager=True)
+    needed = {r[0] for r in v.select("_domain").distinct().collect()}
     changes = []
     for name, df in domains.items():
-        if name == "partitions":
+        if name == "partitions" and "partitions_leader" in needed:
             changes.append(leader_changes(df).select("cluster_id", "_v", "_p", F.lit("partitions_leader").alias("_domain")))
-        keys = list(SILVER_TABLES[name].key_names)
-        changes.append(entity_changes(df, keys).select("cluster_id", "_v", "_p", F.lit(name).alias("_domain")))
-    counted = None
+        if name in needed:
+            keys = list(SILVER_TABLES[name].key_names)
+            changes.append(entity_changes(df, keys).select("cluster_id", "_v", "_p", F.lit(name).alias("_domain")))
+    cols = [c for c in CONSISTENCY_OUTCOMES_COLUMNS if c != "stale_entities"]
     if changes:
         ch = changes[0]
         for c in changes[1:]:
             ch = ch.unionByName(c)
         counted = count_changes(v, ch, "response_token", "seen_offset", "_aid", "stale_entities", on=["_domain"])
-    ms_older = F.greatest(F.floor((_us(F.col("_seen_t")) - _us(F.col("_resp_t"))) / 1000), F.lit(0)).cast("long")
-    v = v.select("cluster_id", "_aid", ms_older.alias("ms_older"))
-    if counted is not None:
         v = v.join(counted, ["cluster_id", "_aid"], "left")
     else:
         v = v.select("*", F.lit(None).cast("long").alias("stale_entities"))
-    r = r.join(v, ["cluster_id", "_aid"], "left")
-    is_v = F.col("monotonic_read_violation")
-    return r.select(
-        *[c for c in rows.columns], "monotonic_read_violation",
-        F.when(is_v, F.col("seen_offset") - F.col("response_token")).cast("long").alias("offsets_older"),
-        F.when(is_v, F.col("ms_older")).alias("ms_older"),
-        F.when(is_v, dom[F.col("api_key")]).alias("stale_domain"),
-        F.when(is_v, F.coalesce(F.col("stale_entities"), F.lit(0))).cast("long").alias("stale_entities"))
+    v = v.select(*cols, F.coalesce(F.col("stale_entities"), F.lit(0)).cast("long").alias("stale_entities")) \
+        .localCheckpoint(eager=True)
+    rest = rows.where(~F.col("monotonic_read_violation")).select(*cols, F.lit(None).cast("long").alias("stale_entities"))
+    return rest.unionByName(v)
 
 
 def consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, log_batches: DataFrame,
@@ -305,115 +210,69 @@ def consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, brokers
                          say=lambda s: None) -> DataFrame:  # noqa: ANN001
     """Seed 000: ``consistency_outcomes`` of ``requests`` (bronze ``metadata_requests``) against the
     replay (``broker_applied``, ``brokers``, ``log_batches``; ``domains``: the versioned tables the
-    stale answers are judged on, by name). Rounds until the attempts settle (module docstring)."""
-    spark = requests.sparkSession
-    # Spark's constraint propagation through the unions of the as-of lookups fails on larger plans
-    # ("key not found: seen_offset#..." in UnionBase.rewriteConstraints): off while this runs; the result is
-    # materialised before the setting is restored
-    saved = spark.conf.get(_CONSTRAINTS, "true")
-    spark.conf.set(_CONSTRAINTS, "false")
-    try:
-        return _consistency_outcomes(requests, broker_applied, brokers, log_batches, domains, policy or RetryPolicy(),
-                                     say).localCheckpoint(eager=True)
-    finally:
-        spark.conf.set(_CONSTRAINTS, saved)
+    stale answers are judged on, by name). Rounds until the attempts settle (module docstring). The
+    result reads two local checkpoints (every attempt; the violations with their changed entities)."""
+    policy = policy or RetryPolicy()
+    rows = _played(requests, broker_applied, brokers, log_batches, policy)
+    say("  consistency: attempts played")
+    return _stale_entities(rows, domains).select(*CONSISTENCY_OUTCOMES_COLUMNS)
 
 
-_CONSTRAINTS = "spark.sql.constraintPropagation.enabled"
+def lower_percentiles(df: DataFrame, key: list[str], value: str, ps: dict[str, float],
+                      max_name: str | None = None, count: str | None = None) -> DataFrame:
+    """Per ``key`` group of ``df``, one column per ``ps`` item (name -> p): the lower percentile of the
+    non-null ``value``\ s, ``sorted[ceil(p·n) - 1]`` of the group's n values (what ``percentile_approx``
+    answers at small sizes), exact at any size: a histogram of (key, value) counts, a running count
+    over it (a window per group, sorted by value) and the smallest value whose running count reaches
+    the rank; with ``max_name``, the largest value too. ``count``: a column holding how many times
+    each row's value occurs (a histogram already; default once). Groups without values are absent."""
+    n = F.col(count) if count else F.lit(1)
+    h = df.where(F.col(value).isNotNull()).groupBy(*key, value).agg(F.sum(n).alias("_c"))
+    run = Window.partitionBy(*key).orderBy(value).rowsBetween(Window.unboundedPreceding, 0)
+    h = h.select(*key, value, F.sum("_c").over(run).alias("_cum"), F.sum("_c").over(Window.partitionBy(*key)).alias("_n"))
+    rank = lambda p: F.greatest(F.ceil(F.col("_n") * F.lit(p)), F.lit(1))  # noqa: E731
+    top = [F.max(value).cast("long").alias(max_name)] if max_name else []
+    return h.groupBy(*key).agg(*[F.min(F.when(F.col("_cum") >= rank(p), F.col(value))).cast("long").alias(name)
+                                 for name, p in ps.items()], *top)
 
 
-def _consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, log_batches: DataFrame,
-                          domains: dict[str, DataFrame], policy: RetryPolicy, say) -> DataFrame:  # noqa: ANN001
-    known = known_brokers(brokers).localCheckpoint(eager=True)
-    span = log_span(log_batches, broker_applied).localCheckpoint(eager=True)
-    nxt = _next_broker(known).localCheckpoint(eager=True)
-    firsts = first_attempts(requests).localCheckpoint(eager=True)
-    spark = requests.sparkSession
-    empty = spark.createDataFrame([], "cluster_id string, policy string, scope string, response_time timestamp, "
-                                      "response_token long, outcome string, attempt int")
-    # Attempts that send no token (policy none, clients without tokens) never depend on other answers and
-    # are never retried; their scopes hold only them: two passes (answers, then what each had seen).
-    tokens = (F.col("policy") != "none") & F.col("uses_consistency_token")
-    firsts = _prepare(firsts, broker_applied, known, span).localCheckpoint(eager=True)
-    fixed = firsts.where(~tokens)
-    fixed = _evaluate(fixed, _evaluate(fixed, empty, broker_applied), broker_applied).localCheckpoint(eager=True)
-    firsts = firsts.where(tokens)
-    # A scope's rows of one round depend only on its own rows of the round before (its answers, its
-    # retries): a scope whose rows come out the same twice has settled, and only the scopes still
-    # moving are played again. Settled rows are kept per round.
-    scope_key = ["cluster_id", "policy", "scope"]
-    prev, prev_sums, settled = empty, None, []
-    for rnd in range(1, MAX_ROUNDS + 1):
-        attempts = firsts if rnd == 1 else firsts.unionByName(
-            _retries(prev, policy, nxt, broker_applied, known, span))
-        cur = _evaluate(attempts, prev, broker_applied).localCheckpoint(eager=True)
-        sums = _scope_sums(cur).localCheckpoint(eager=True)
-        if prev_sums is None:
-            moving = sums.select(*scope_key)
-        else:
-            same = sums.join(prev_sums, [*scope_key, "_n", "_h"], "left_semi").select(*scope_key)
-            settled.append(cur.join(F.broadcast(same), scope_key, "left_semi"))
-            moving = sums.join(same, scope_key, "left_anti").select(*scope_key)
-        moving = moving.localCheckpoint(eager=True)
-        n_moving = moving.count()
-        played = sums.agg(F.sum("_n")).first()[0] or 0  # the round's rows, counted per scope already
-        say(f"  consistency round {rnd}: {played:,} token attempts, {n_moving:,} scopes not settled")
-        if n_moving == 0:
-            if prev_sums is None:  # no token attempts at all
-                settled.append(cur)
-            break
-        if prev_sums is not None:
-            firsts = firsts.join(F.broadcast(moving), scope_key, "left_semi")
-            cur = cur.join(F.broadcast(moving), scope_key, "left_semi")
-            sums = sums.join(F.broadcast(moving), scope_key, "left_semi")
-        prev, prev_sums = cur, sums
-    else:
-        raise ConvergenceError(f"consistency outcomes did not settle in {MAX_ROUNDS} rounds")
-    cur = settled[0]
-    for part in settled[1:]:
-        cur = cur.unionByName(part)
-    cur = cur.unionByName(fixed)
-    w = Window.partitionBy("cluster_id", "request_id", "policy")
-    final = F.col("attempt") == F.max("attempt").over(w)
-    rows = cur.select("*", final.alias("final")).localCheckpoint(eager=True)
-    out = _violations(rows, log_batches, domains)
-    return out.select(*CONSISTENCY_OUTCOMES_COLUMNS)
-
-
-def consistency_summary(outcomes: DataFrame, requests: DataFrame) -> DataFrame:
+def consistency_summary(outcomes: DataFrame) -> DataFrame:
     """Seed 000's trade-off per cluster / target broker / context group / hour / policy: violations a
-    policy avoids (the ``none`` row's minus its own) against the waits and retries it costs."""
+    policy avoids (the ``none`` row's minus its own) against the waits and retries it costs. One
+    aggregate over the attempts counts them per group and per latency of the requests answered at
+    once (their one row: final ``response_time`` minus the first attempt's time, the request time);
+    a retried request's latency is joined from its last retry. Percentiles are exact
+    (:func:`lower_percentiles`)."""
     # a null context group is a group of its own: a sentinel keeps it in the equi-joins below
     o = outcomes.withColumn("context_group", F.coalesce("context_group", F.lit(_NO_GROUP))) \
         .select("*", F.date_trunc("hour", "attempt_time").alias("hour"))
     key = ["cluster_id", "target_broker", "context_group", "hour", "policy"]
-    pct = lambda c, p: F.percentile_approx(c, p, 10000).cast("long")  # noqa: E731
-    wait = F.when(F.col("wait_ms") > 0, F.col("wait_ms"))
-    g = o.groupBy(*key).agg(
-        F.count(F.when(F.col("attempt") == 0, 1)).alias("requests"), F.count(F.lit(1)).alias("attempts"),
-        F.count(F.when(F.col("attempt") > 0, 1)).alias("retries"),
-        F.count(F.when(F.col("outcome") == "ADMITTED", 1)).alias("admitted"),
-        F.count(F.when(F.col("outcome") == "ADMITTED_AFTER_WAIT", 1)).alias("admitted_after_wait"),
-        F.count(F.when(F.col("outcome") == "STALE_METADATA", 1)).alias("stale_metadata"),
-        F.count(F.when(F.col("final") & (F.col("outcome") == "STALE_METADATA"), 1)).alias("failed_stale"),
-        F.count(F.when(F.col("outcome") == "INCONSISTENT_CLUSTER_ID", 1)).alias("inconsistent_cluster_id"),
-        F.count(F.when(F.col("outcome").isin(*NO_ANSWER), 1)).alias("no_answer"),
-        F.count(F.when(F.col("monotonic_read_violation"), 1)).alias("violations"),
-        pct(wait, 0.5).alias("wait_ms_p50"), pct(wait, 0.99).alias("wait_ms_p99"), F.max(wait).alias("wait_ms_max"))
-    # per request: its final answer's latency, grouped by its first attempt
-    first = o.where(F.col("attempt") == 0).select("cluster_id", "request_id", "policy", *[c for c in key if c not in
-                                                  ("cluster_id", "policy")])
-    last = o.where("final").select("cluster_id", "request_id", "policy", F.col("response_time").alias("_resp"))
-    req = requests.select("cluster_id", "request_id", "request_time")
-    lat = first.join(last, ["cluster_id", "request_id", "policy"]).join(req, ["cluster_id", "request_id"])
-    lat = lat.select(*key, F.floor((_us(F.col("_resp")) - _us(F.col("request_time"))) / 1000).cast("long")
-                     .alias("_lat"))
-    lg = lat.groupBy(*key).agg(pct(F.col("_lat"), 0.5).alias("latency_ms_p50"), pct(F.col("_lat"), 0.99).alias("latency_ms_p99"),
-                               F.max("_lat").alias("latency_ms_max"))
-    g = g.join(lg, key, "left")
-    base = g.where(F.col("policy") == "none").select(*[c for c in key if c != "policy"], F.col("violations").alias("_none_v"))
-    g = g.join(base, [c for c in key if c != "policy"], "left")
-    avoided = F.when(F.col("policy") == "none", F.lit(0)).otherwise(F.coalesce(F.col("_none_v"), F.lit(0)) - F.col("violations"))
+    ms = lambda end, start: F.floor((_us(F.col(end)) - _us(F.col(start))) / 1000).cast("long")  # noqa: E731
+    once = (F.col("attempt") == 0) & F.col("final")
+    counts = {
+        "requests": F.col("attempt") == 0, "retries": F.col("attempt") > 0,
+        "admitted": F.col("outcome") == "ADMITTED", "admitted_after_wait": F.col("outcome") == "ADMITTED_AFTER_WAIT",
+        "stale_metadata": F.col("outcome") == "STALE_METADATA",
+        "failed_stale": F.col("final") & (F.col("outcome") == "STALE_METADATA"),
+        "inconsistent_cluster_id": F.col("outcome") == "INCONSISTENT_CLUSTER_ID",
+        "no_answer": F.col("outcome").isin(*NO_ANSWER), "violations": F.col("monotonic_read_violation")}
+    per = o.groupBy(*key, F.when(once, ms("response_time", "attempt_time")).alias("_lat")).agg(
+        F.count(F.lit(1)).alias("attempts"), *[F.count(F.when(c, 1)).alias(k) for k, c in counts.items()],
+        F.max(F.when(F.col("wait_ms") > 0, F.col("wait_ms"))).alias("wait_ms_max")).localCheckpoint(eager=True)
+    g = per.groupBy(*key).agg(*[F.sum(k).cast("long").alias(k) for k in ("attempts", *counts)],
+                              F.max("wait_ms_max").alias("wait_ms_max"))
+    waits = lower_percentiles(o.where(F.col("wait_ms") > 0), key, "wait_ms", {"wait_ms_p50": 0.5, "wait_ms_p99": 0.99})
+    retried = o.where((F.col("attempt") == 0) & ~F.col("final")).join(
+        o.where(F.col("final") & (F.col("attempt") > 0)).select("cluster_id", "request_id", "policy",
+                                                               F.col("response_time").alias("_resp")),
+        ["cluster_id", "request_id", "policy"]).select(*key, ms("_resp", "attempt_time").alias("_lat"),
+                                                       F.lit(1).cast("long").alias("_c"))
+    lat = per.where(F.col("_lat").isNotNull()).select(*key, "_lat", F.col("attempts").alias("_c")).unionByName(retried)
+    lg = lower_percentiles(lat, key, "_lat", {"latency_ms_p50": 0.5, "latency_ms_p99": 0.99}, "latency_ms_max", "_c")
+    g = g.join(waits, key, "left").join(lg, key, "left")
+    none_v = F.max(F.when(F.col("policy") == "none", F.col("violations"))).over(
+        Window.partitionBy(*[c for c in key if c != "policy"]))
+    avoided = F.when(F.col("policy") == "none", F.lit(0)).otherwise(F.coalesce(none_v, F.lit(0)) - F.col("violations"))
     g = g.select("*", avoided.cast("long").alias("violations_avoided")) \
         .withColumn("context_group", F.when(F.col("context_group") != _NO_GROUP, F.col("context_group")))
     return g.select(*CONSISTENCY_SUMMARY_COLUMNS)
