@@ -146,10 +146,8 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table, batches
     end = iv.column("end").fill_null(OPEN).to_numpy().astype(np.int64)
     offset = iv.column("offset").fill_null(NULL).to_numpy().astype(np.int64)
     out: dict[str, ClusterSteps] = {}
-    n = len(start)
-    cuts = [0, *(np.flatnonzero((cid[1:] != cid[:-1]) | (bid[1:] != bid[:-1])) + 1).tolist(), n] if n else [0]
     steps: dict[str, dict[int, BrokerSteps]] = {}
-    for a, b in zip(cuts[:-1], cuts[1:]):
+    for a, b in _runs(cid, bid):
         off = offset[a:b].copy()
         steps.setdefault(cid[a], {})[int(bid[a])] = BrokerSteps(start[a:b].copy(), end[a:b].copy(), off,
                                                                np.maximum.accumulate(off))
@@ -162,12 +160,23 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table, batches
     bc = bt.column("cluster_id").to_numpy(zero_copy_only=False).astype(object)
     base = bt.column("base").to_numpy(zero_copy_only=False).astype(np.int64)
     btime = bt.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
-    bcuts = [0, *(np.flatnonzero(bc[1:] != bc[:-1]) + 1).tolist(), len(bc)] if len(bc) else [0]
-    bb = {bc[a]: (base[a:b].copy(), btime[a:b].copy()) for a, b in zip(bcuts[:-1], bcuts[1:])}
+    bb = {bc[a]: (base[a:b].copy(), btime[a:b].copy()) for a, b in _runs(bc)}
     for c in {*steps, *kn, *sp, *bb}:
         out[c] = ClusterSteps(np.array(sorted(kn.get(c, [])), dtype=np.int64), sp.get(c), steps.get(c, {}),
                               *bb.get(c, (np.zeros(0, np.int64), np.zeros(0, np.int64))))
     return out
+
+
+def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
+    """The [start, end) bounds of the runs of equal ``keys`` in sorted parallel arrays."""
+    n = len(keys[0])
+    if not n:
+        return []
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    cuts = [0, *(np.flatnonzero(change) + 1).tolist(), n]
+    return list(zip(cuts[:-1], cuts[1:]))
 
 
 @dataclass
@@ -285,7 +294,7 @@ def play_scope(reqs: pa.Table, steps: dict[str, ClusterSteps], max_attempts: int
         else:
             raise RoundsExceeded(f"cluster {cluster}, scope {reqs.column('scope')[0].as_py()!r}, policy {policy}: "
                                  f"the attempts did not settle in {max_rounds} rounds")
-        parts.append(_rows_table(reqs, cur, POLICIES.index(policy), policy, reads, no_target, api, cs))
+        parts.append(_rows_table(reqs, cur, policy, reads, no_target, api, cs))
     return pa.concat_tables(parts)
 
 
@@ -293,11 +302,11 @@ def _concat(a: _Rows, b: _Rows) -> _Rows:
     return _Rows(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in ("req", "k", "t", "target", "applied", "code")))
 
 
-def _rows_table(reqs: pa.Table, r: _Rows, policy_index: int, policy: str, reads: np.ndarray, no_target: np.ndarray,
-                api: np.ndarray, cs: ClusterSteps) -> pa.Table:
+def _rows_table(reqs: pa.Table, r: _Rows, policy: str, reads: np.ndarray, no_target: np.ndarray, api: np.ndarray,
+                cs: ClusterSteps) -> pa.Table:
     """The rows of one policy, with seed 000's counterfactual: an admitted answer of a cache-reading
     key older than one its scope had seen (how many offsets and ms older, the domain it read)."""
-    from kraft_replay.outcomes.consistency import DOMAIN_OF_KEY, LEADER_KEYS
+    from kraft_replay.outcomes.consistency import DOMAIN_OF_KEY, LEADER_KEYS, POLICIES
 
     idx = pa.array(r.req)
     viol = np.isin(r.outcome, (ADMITTED, ADMITTED_AFTER_WAIT)) & reads[r.req] & (r.rtok >= 0) & (r.rtok < r.seen)
@@ -314,7 +323,7 @@ def _rows_table(reqs: pa.Table, r: _Rows, policy_index: int, policy: str, reads:
     take = lambda c: reqs.column(c).take(idx)  # noqa: E731
     sent = take("cluster_id_sent") if policy != "none" else pa.nulls(m, pa.string())
     return pa.table({
-        "cluster_id": take("cluster_id"), "request_id": take("request_id"), "_policy": pa.array(np.full(m, policy_index, np.int32)),
+        "cluster_id": take("cluster_id"), "request_id": take("request_id"), "_policy": pa.array(np.full(m, POLICIES.index(policy), np.int32)),
         "attempt": pa.array(r.k.astype(np.int32)), "final": pa.array(r.k == last[r.req]), "_attempt_us": pa.array(r.t),
         "client_id": take("client_id"), "context_group": take("context_group"), "scope": take("scope"),
         "api_key": take("api_key").cast(pa.int32()),
