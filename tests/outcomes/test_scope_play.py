@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from kraft_replay.outcomes.consistency import STALE_DOMAINS
-from kraft_replay.outcomes.scope_play import DOMAIN_TAGS, NULL, OUTCOME_NAMES, RoundsExceeded, cluster_steps, play_scope
+from kraft_replay.outcomes.scope_play import DOMAIN_TAGS, OUTCOME_NAMES, RoundsExceeded, play_scope
+from kraft_replay.outcomes.steps import NULL, cluster_steps
 
 S = 1_000_000  # µs
 
@@ -25,7 +26,7 @@ def steps():
                    "offset": [10, None, 30, 50, 20, 40, 60]})
     known = pa.table({"cluster_id": ["C"] * 3, "broker_id": [3, 1, 2]})
     spans = pa.table({"cluster_id": ["C"], "span_start": [0], "span_end": [10 * S]})
-    batches = pa.table({"cluster_id": ["C"] * 3, "base": [20, 0, 10], "time": [2 * S, 0, 1 * S]})
+    batches = pa.table({"cluster_id": ["C"] * 3, "base": [20, 0, 10], "last": [29, 9, 19], "time": [2 * S, 0, 1 * S]})
     return cluster_steps(iv, known, spans, batches)["C"]
 
 
@@ -70,3 +71,23 @@ def test_a_scope_that_does_not_settle_is_an_error(steps) -> None:
 
 def test_the_domain_tags_are_the_domains_read_and_the_leader_changes() -> None:
     assert DOMAIN_TAGS == (*STALE_DOMAINS, "partitions_leader")
+
+
+def test_log_end_as_of_a_time(steps) -> None:
+    # batches appended at 0, 1, 2 s ending at offsets 9, 19, 29: the end is the largest last offset
+    # appended at or before the time; -1 before any batch
+    t = np.array([-1, 0, S - 1, S, 5 * S, NULL])
+    assert steps.log_end_at(t).tolist() == [-1, 9, 9, 19, 29, -1]
+
+
+def test_spans_from_the_batches_and_the_intervals() -> None:
+    # no spans given: first batch append time to the later of the last batch and the last interval start;
+    # rows out of order are sorted; a cluster without batches has no span
+    iv = pa.table({"cluster_id": ["C", "C", "D"], "broker_id": [1, 1, 1], "start": [9 * S, 0, 0], "end": [None, 9 * S, None],
+                   "offset": [20, 10, 5]})
+    known = pa.table({"cluster_id": ["C"], "broker_id": [1]})
+    batches = pa.table({"cluster_id": ["C", "C"], "base": [10, 0], "last": [19, 9], "time": [3 * S, 2 * S]})
+    got = cluster_steps(iv, known, None, batches)
+    assert got["C"].span == (2 * S, 9 * S) and got["D"].span is None
+    assert got["C"].applied_at(np.array([1, 1]), np.array([S, 9 * S])).tolist() == [10, 20]
+    assert got["C"].batch_time_at(np.array([5, 15])).tolist() == [2 * S, 3 * S]

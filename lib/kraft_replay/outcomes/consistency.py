@@ -42,8 +42,9 @@ from pyspark.sql import functions as F
 
 from kraft_replay.config import CONF_DIR
 from kraft_replay.outcomes.cache_lag import leader_changes
-from kraft_replay.outcomes.lookups import count_changes, entity_changes, known_brokers, log_span
-from kraft_replay.outcomes.scope_play import DOMAIN_TAGS, OUTCOME_NAMES, PLAY_OUTPUT, cluster_steps, play_scope
+from kraft_replay.outcomes.lookups import count_changes, entity_changes
+from kraft_replay.outcomes.scope_play import DOMAIN_TAGS, OUTCOME_NAMES, PLAY_OUTPUT, play_scope
+from kraft_replay.outcomes.steps import broadcast_steps
 from kraft_replay.replay.schemas import SILVER_TABLES
 
 __all__ = [
@@ -128,17 +129,7 @@ def _played(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, 
     """Every attempt of every request under each policy, rules 1-6 (module docstring), without the
     counterfactual: each (cluster, scope) group of requests played by :func:`scope_play.play_scope` on
     Arrow batches, the brokers' step functions broadcast to it. Eager; the broadcast is released."""
-    spark = requests.sparkSession
-    iv = broker_applied.select(
-        "cluster_id", "broker_id", _us(F.col("from_time")).alias("start"), _us(F.col("to_time")).alias("end"),
-        F.when(F.col("state") == "APPLIED", F.col("applied_offset")).alias("offset")).toArrow()
-    spans = log_span(log_batches, broker_applied).select(
-        "cluster_id", _us(F.col("span_start")).alias("span_start"), _us(F.col("span_end")).alias("span_end")).toArrow()
-    batches = log_batches.select("cluster_id", F.col("batch_base_offset").alias("base"),
-                                 _us(F.col("append_time")).alias("time")).toArrow()
-    steps = spark.sparkContext.broadcast(cluster_steps(iv, known_brokers(brokers).toArrow(), spans, batches))
-    del batches
-    del iv
+    steps = broadcast_steps(broker_applied, brokers, log_batches)
     max_attempts, backoff, same = policy.max_attempts, policy.retry_backoff_ms, policy.retry_target == "same"
     rounds = MAX_ROUNDS
 

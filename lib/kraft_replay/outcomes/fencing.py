@@ -34,8 +34,9 @@ partition as of the log end at ``request_time`` (``log_batches``), both by the s
    ``CLEAN`` otherwise, null when the partition is absent in truth.
 
 :func:`fencing_summary` counts them per ``cluster_id``, ``topic_name`` and hour of ``request_time``.
-Column expressions and window functions only (the lookups are windows over the union of requests and
-looked-up rows); the two small per-cluster frames (known brokers, log span) are joined.
+The lookups run on Arrow batches (:mod:`kraft_replay.outcomes.partition_views`: the requests and the
+partitions' versions hashed together by partition, one shuffle; the brokers' step functions broadcast);
+the rules are column expressions over what they found.
 """
 
 from __future__ import annotations
@@ -43,9 +44,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kraft_replay.outcomes.lookups import (
-    applied_at, known_brokers, log_end_at, log_span, outside_log, partition_at, with_known_and_span,
-)
+from kraft_replay.outcomes.partition_views import REQUEST_PASS, VIEW_INPUT, VIEW_OUTPUT, partition_views
+from kraft_replay.outcomes.steps import broadcast_steps
 
 __all__ = ["fencing_outcomes", "fencing_summary", "FENCING_OUTCOMES_COLUMNS", "FENCING_SUMMARY_COLUMNS"]
 
@@ -68,6 +68,8 @@ _REQUEST = ["cluster_id", "request_id", "request_time", "producer_id", "topic_id
 ACCEPTED = "ACCEPTED"
 NOT_LEADER = "NOT_LEADER_OR_FOLLOWER"
 LOST = "LOST"
+#: the lookups' input per task, by Spark's size estimate (the Parquet bytes it reads): ~1.5 GB in Arrow
+TASK_BYTES = 160 << 20
 
 
 def _str(value: str | None = None) -> Column:
@@ -78,7 +80,7 @@ def _outcome(epoch: Column | None) -> Column:
     """Facts §8.1 on the view: lookup errors, then (when ``epoch`` is given and not -1) the epoch
     check, then the leader check; null when ``outcome_code`` is set."""
     tgt = F.col("target_broker")
-    in_replicas = F.coalesce(F.array_contains(F.col("_view_replicas"), tgt), F.lit(False))
+    in_replicas = F.col("_in_replicas")
     leads = F.coalesce(F.col("view_leader") == tgt, F.lit(False))
     c = (F.when(F.col("outcome_code").isNotNull(), _str())
          .when(~F.col("view_exists"), _str("UNKNOWN_TOPIC_OR_PARTITION"))
@@ -90,32 +92,65 @@ def _outcome(epoch: Column | None) -> Column:
     return c.when(~leads, _str(NOT_LEADER)).otherwise(_str(ACCEPTED))
 
 
+def _views(produce_requests: DataFrame, partitions: DataFrame, broker_applied: DataFrame, brokers: DataFrame,
+           log_batches: DataFrame) -> DataFrame:
+    """Each request with its broker's state, the log end, the view and the truth
+    (:data:`~kraft_replay.outcomes.partition_views.VIEW_OUTPUT`): the requests and the partitions'
+    versions hashed together by partition (one shuffle) and looked up on Arrow batches by
+    :func:`~kraft_replay.outcomes.partition_views.partition_views`, the brokers' step functions and the
+    log's ends broadcast to it (released with the frame)."""
+    steps = broadcast_steps(broker_applied, brokers, log_batches)
+    null = lambda ty: F.lit(None).cast(ty)  # noqa: E731
+    spec = [f.strip().split(" ", 1) for f in VIEW_INPUT.split(",")]
+    req = {"_kind": F.lit(1), "_t": F.unix_micros("request_time")}
+    ver = {"_kind": F.lit(0), "_from": F.col("valid_from_offset"), "_to": F.col("valid_to_offset"),
+           "_rec": F.col("record_offset"), "_since": F.unix_micros("valid_from_time")}
+    key = {"cluster_id", "topic_id", "partition_id"}
+
+    def side(df: DataFrame, own: dict, cols: set[str]) -> DataFrame:
+        return df.select(*[(own[n] if n in own else F.col(n) if n in cols or n in key else null(ty)).cast(ty).alias(n)
+                           for n, ty in spec])
+
+    r = side(produce_requests, req, set(REQUEST_PASS))
+    v = side(partitions, ver, {"deleted", "leader", "leader_epoch", "leader_recovery_state", "replicas", "isr"})
+    u = r.unionByName(v)
+    tasks = _tasks(u)  # hashed by partition, no sort: partition_views sorts what each task holds
+
+    def look(batches):  # noqa: ANN001, ANN202 - Iterator[pa.RecordBatch] -> Iterator[pa.RecordBatch]
+        return partition_views(batches, steps.value)
+
+    return u.repartition(tasks, "cluster_id", "topic_id", "partition_id").mapInArrow(look, VIEW_OUTPUT)
+
+
+def _tasks(frame: DataFrame) -> int:
+    """How many tasks hold the lookups' input: the shuffle partitions, or more so that each holds about
+    :data:`TASK_BYTES` of the input's estimated size (every row of a task is in Python memory at once)."""
+    spark = frame.sparkSession
+    base = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    try:
+        size = int(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
+    except Exception:  # noqa: BLE001 - no estimate: the shuffle partitions
+        return base
+    return max(base, -(-size // TASK_BYTES))
+
+
 def fencing_outcomes(produce_requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame,
                      log_batches: DataFrame, partitions: DataFrame) -> DataFrame:
     """Seed 003 / facts §8: one row per ``produce_requests`` row with its outcome without the epoch
     check, with it, and under its own version, and whether (and how) a stale leader took the write
     (rules in the module docstring; columns :data:`FENCING_OUTCOMES_COLUMNS`). Inputs: bronze
     ``produce_requests``, silver ``broker_applied``, ``brokers``, ``log_batches``, ``partitions``."""
-    r = produce_requests.select(*_REQUEST)
-    r = applied_at(r, broker_applied, "request_time", "target_broker", "applied_offset")
-    r = log_end_at(r, log_batches, "request_time", "log_end_offset")
-    r = partition_at(r, partitions, "applied_offset",
-                     {"replicas": "_view_replicas", "isr": "view_isr", "leader": "view_leader",
-                      "leader_epoch": "view_leader_epoch"}, "view_exists")
-    # the truth's version time, a tombstone's included (stale_since of a partition deleted in truth)
-    r = partition_at(r, partitions, "log_end_offset",
-                     {"leader": "_true_leader", "leader_epoch": "_true_epoch", "leader_recovery_state": "_true_lrs"},
-                     "true_exists")
-    r = with_known_and_span(r, known_brokers(brokers), log_span(log_batches, broker_applied))
+    r = _views(produce_requests, partitions, broker_applied, brokers, log_batches) \
+        .withColumn("request_time", F.timestamp_micros("_t"))
 
     t = F.col("request_time")
     tgt = F.col("target_broker")
     true_exists = F.col("true_exists")
-    code = (F.when((tgt == -1) | tgt.isNull() | F.col("_known").isNull(), _str("UNKNOWN_BROKER"))
-            .when(outside_log(t), _str("OUTSIDE_LOG"))
+    code = (F.when((tgt == -1) | tgt.isNull() | ~F.col("_known"), _str("UNKNOWN_BROKER"))
+            .when(~F.col("_inside"), _str("OUTSIDE_LOG"))
             .when(F.col("applied_offset").isNull(), _str("NO_BROKER_STATE")))
     r = r.select(
-        *_REQUEST, "applied_offset", "log_end_offset", "_view_replicas", "view_isr",
+        *_REQUEST, "applied_offset", "log_end_offset", "_in_replicas", "view_isr",
         F.when(F.col("applied_offset").isNotNull(), F.col("view_exists")).alias("view_exists"),  # no view at all: null
         F.col("view_leader").cast("int").alias("view_leader"),
         F.col("view_leader_epoch").cast("int").alias("view_leader_epoch"),
@@ -124,7 +159,7 @@ def fencing_outcomes(produce_requests: DataFrame, broker_applied: DataFrame, bro
         F.when(true_exists, F.col("_true_epoch")).cast("int").alias("true_leader_epoch"),
         F.when(true_exists, F.when(F.col("_true_lrs") == 1, _str("UNCLEAN")).otherwise(_str("CLEAN")))
         .alias("true_election"),
-        F.col("true_exists_since").alias("_true_since"),
+        F.timestamp_micros("true_exists_since").alias("_true_since"),
         code.alias("outcome_code"))
 
     leads = F.coalesce(F.col("view_leader") == tgt, F.lit(False))

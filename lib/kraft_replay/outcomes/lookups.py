@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-__all__ = ["applied_at", "log_end_at", "partition_at", "known_brokers", "log_span", "with_known_and_span", "outside_log",
+__all__ = ["applied_at", "log_end_at", "known_brokers", "log_span", "with_known_and_span", "outside_log",
            "batch_time_at", "entity_changes", "count_changes"]
 
 _K = "_lk_kind"  # 0: looked-up row, 1: request row
@@ -90,28 +90,6 @@ def log_end_at(rows: DataFrame, log_batches: DataFrame, time: str, out: str = "l
     f = ends.select("cluster_id", "_t", "batch_last_offset", F.struct(F.col("_end").alias("e")).alias(_VAL))
     j = _as_of(rows, f, ["cluster_id"], F.unix_micros(F.col(time)), "_t", tie=["batch_last_offset"], bucket=HOUR_US)
     return j.select(*rows.columns, F.coalesce(F.col(_VAL).e, F.lit(-1)).cast("long").alias(out))
-
-
-def partition_at(rows: DataFrame, partitions: DataFrame, offset: str, fields: dict[str, str],
-                 exists: str) -> DataFrame:
-    """Facts §5.2: the ``partitions`` version of ``rows``' (``topic_id``, ``partition_id``) visible at
-    offset ``rows[offset]`` (``valid_from <= O < valid_to``; versions never visible skipped). Adds
-    ``exists`` (a live version, not a tombstone) and each ``fields`` item ``partitions column -> output
-    column`` (null when absent), plus ``<exists>_since`` (the visible version's ``valid_from_time``,
-    a tombstone's included: when the partition was deleted)."""
-    vis = partitions.where(F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("valid_from_offset")))
-    f = vis.select("cluster_id", "topic_id", "partition_id", "valid_from_offset", "record_offset",
-                   F.struct(F.col("valid_to_offset").alias("to"), F.col("deleted").alias("deleted"),
-                            F.col("valid_from_time").alias("since"),
-                            *[F.col(c).alias(c) for c in fields]).alias(_VAL))
-    j = _as_of(rows, f, ["cluster_id", "topic_id", "partition_id"], F.col(offset), "valid_from_offset",
-               tie=["record_offset"])
-    v = F.col(_VAL)
-    visible = v.isNotNull() & (v.to.isNull() | (F.col(_POS) < v.to))
-    live = visible & ~v.deleted
-    return j.select(*rows.columns, F.coalesce(live, F.lit(False)).alias(exists),
-                    *[F.when(live, v[c]).alias(o) for c, o in fields.items()],
-                    F.when(visible, v.since).alias(f"{exists}_since"))
 
 
 def known_brokers(brokers: DataFrame) -> DataFrame:

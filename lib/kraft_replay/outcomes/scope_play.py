@@ -7,22 +7,20 @@ point. Spark hands each scope's requests to :func:`play_scope` (``groupBy(cluste
 .applyInArrow``): the rounds of the fixed point run there as vectorised numpy over the whole scope
 (a sorted running maximum and ``searchsorted`` per round, no loop over clients or records), and the
 as-of lookups read each broker's applied-offset step function from a :class:`ClusterSteps` broadcast
-to the workers (:func:`cluster_steps`, built once from ``broker_applied``).
+to the workers (:func:`kraft_replay.outcomes.steps.broadcast_steps`, built once from ``broker_applied``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ClusterSteps", "BrokerSteps", "cluster_steps", "play_scope", "PLAY_INPUT", "PLAY_OUTPUT", "OUTCOME_NAMES",
-           "RoundsExceeded", "DOMAIN_TAGS"]
+from kraft_replay.outcomes.steps import NULL, ClusterSteps
 
-NULL = np.iinfo(np.int64).min  # no applied offset (no interval, NO_SAMPLES)
-OPEN = np.iinfo(np.int64).max  # an interval still open (to_time null)
+__all__ = ["play_scope", "PLAY_INPUT", "PLAY_OUTPUT", "OUTCOME_NAMES", "RoundsExceeded", "DOMAIN_TAGS"]
 
 UNKNOWN_BROKER, OUTSIDE_LOG, INCONSISTENT_CLUSTER_ID, NO_BROKER_STATE, ADMITTED, ADMITTED_AFTER_WAIT, STALE = range(7)
 OUTCOME_NAMES = ("UNKNOWN_BROKER", "OUTSIDE_LOG", "INCONSISTENT_CLUSTER_ID", "NO_BROKER_STATE", "ADMITTED",
@@ -48,135 +46,6 @@ DOMAIN_TAGS = ("acls", "brokers", "client_quotas", "configs", "delegation_tokens
 
 class RoundsExceeded(RuntimeError):
     """A scope's attempts did not settle within the allowed rounds."""
-
-
-@dataclass(frozen=True)
-class BrokerSteps:
-    """One broker's ``broker_applied`` intervals in ``from_time`` order (µs): ``start``, ``end``
-    (:data:`OPEN` when open), ``offset`` (the applied offset of an ``APPLIED`` interval, else
-    :data:`NULL`) and ``high`` (running maximum of ``offset``)."""
-
-    start: np.ndarray
-    end: np.ndarray
-    offset: np.ndarray
-    high: np.ndarray
-
-
-@dataclass(frozen=True)
-class ClusterSteps:
-    """What a cluster's attempts are looked up in: its known brokers (sorted), its log span (µs,
-    both ends included; None: no batches), each broker's :class:`BrokerSteps` and its batches'
-    base offsets (ascending) with their append times (µs)."""
-
-    known: np.ndarray
-    span: tuple[int, int] | None
-    brokers: dict[int, BrokerSteps]
-    batch_base: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    batch_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-    def batch_time_at(self, offset: np.ndarray) -> np.ndarray:
-        """The append time (µs) of the batch holding each offset (the largest ``batch_base_offset``
-        at or below it); :data:`NULL` for a negative offset or one before every batch."""
-        i = np.searchsorted(self.batch_base, offset, "right") - 1
-        ok = (i >= 0) & (offset >= 0)
-        return np.where(ok, self.batch_time[np.maximum(i, 0)] if len(self.batch_time) else NULL, NULL)
-
-    def applied_at(self, broker: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Facts §9.1: the applied offset of ``broker[i]`` at ``t[i]`` (the interval with
-        ``start <= t < end``), :data:`NULL` in a ``NO_SAMPLES`` interval or outside every interval."""
-        out = np.full(len(t), NULL, dtype=np.int64)
-        for b in np.unique(broker):
-            s = self.brokers.get(int(b))
-            if s is None:
-                continue
-            m = broker == b
-            i = np.searchsorted(s.start, t[m], "right") - 1
-            ok = i >= 0
-            j = np.where(ok, i, 0)
-            ok &= t[m] < s.end[j]
-            out[m] = np.where(ok, s.offset[j], NULL)
-        return out
-
-    def caught_up(self, broker: np.ndarray, t: np.ndarray, until: np.ndarray, token: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Seed 000, wait policy: the earliest ``APPLIED`` interval of ``broker[i]`` starting in
-        (``t[i]``, ``until[i]``] with an offset >= ``token[i]``: its start and offset (:data:`NULL` when
-        none). Found by ``searchsorted`` on the running maximum when no earlier interval reached the
-        token (an offset going back, after a restart, is looked at interval by interval)."""
-        at = np.full(len(t), NULL, dtype=np.int64)
-        off = np.full(len(t), NULL, dtype=np.int64)
-        for b in np.unique(broker):
-            s = self.brokers.get(int(b))
-            if s is None:
-                continue
-            idx = np.flatnonzero(broker == b)
-            lo = np.searchsorted(s.start, t[idx], "right")
-            hi = np.searchsorted(s.start, until[idx], "right")
-            before = np.where(lo > 0, s.high[np.maximum(lo - 1, 0)], NULL)
-            tok = token[idx]
-            j = np.searchsorted(s.high, tok, "left")
-            plain = before < tok
-            hit = plain & (j < hi)
-            at[idx[hit]] = s.start[j[hit]]
-            off[idx[hit]] = s.offset[j[hit]]
-            for k in np.flatnonzero(~plain):  # the broker had reached the token before t, then went back
-                w = np.flatnonzero(s.offset[lo[k]:hi[k]] >= tok[k])
-                if len(w):
-                    at[idx[k]] = s.start[lo[k] + w[0]]
-                    off[idx[k]] = s.offset[lo[k] + w[0]]
-        return at, off
-
-    def next_broker(self, broker: np.ndarray) -> np.ndarray:
-        """The next known broker id after ``broker`` (ascending, cyclic)."""
-        if not len(self.known):
-            return broker
-        i = np.searchsorted(self.known, broker, "right")
-        return np.where(i < len(self.known), self.known[np.minimum(i, len(self.known) - 1)], self.known[0])
-
-
-def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table, batches: pa.Table) -> dict[str, ClusterSteps]:
-    """Per cluster, its :class:`ClusterSteps` from ``intervals`` (``cluster_id``, ``broker_id``,
-    ``start``, ``end``, ``offset``: µs and applied offset, null end = open, null offset = not applied),
-    ``known`` (``cluster_id``, ``broker_id``), ``spans`` (``cluster_id``, ``span_start``,
-    ``span_end`` in µs) and ``batches`` (``cluster_id``, ``base``, ``time``: base offset, append µs)."""
-    iv = intervals.sort_by([("cluster_id", "ascending"), ("broker_id", "ascending"), ("start", "ascending")])
-    cid = iv.column("cluster_id").to_numpy(zero_copy_only=False).astype(object)
-    bid = iv.column("broker_id").to_numpy(zero_copy_only=False)
-    start = iv.column("start").to_numpy(zero_copy_only=False).astype(np.int64)
-    end = iv.column("end").fill_null(OPEN).to_numpy().astype(np.int64)
-    offset = iv.column("offset").fill_null(NULL).to_numpy().astype(np.int64)
-    out: dict[str, ClusterSteps] = {}
-    steps: dict[str, dict[int, BrokerSteps]] = {}
-    for a, b in _runs(cid, bid):
-        off = offset[a:b].copy()
-        steps.setdefault(cid[a], {})[int(bid[a])] = BrokerSteps(start[a:b].copy(), end[a:b].copy(), off,
-                                                               np.maximum.accumulate(off))
-    kn: dict[str, list[int]] = {}
-    for c, b in zip(known.column("cluster_id").to_pylist(), known.column("broker_id").to_pylist()):
-        kn.setdefault(c, []).append(int(b))
-    sp = {c: (lo, hi) for c, lo, hi in zip(spans.column("cluster_id").to_pylist(), spans.column("span_start").to_pylist(),
-                                          spans.column("span_end").to_pylist()) if lo is not None}
-    bt = batches.sort_by([("cluster_id", "ascending"), ("base", "ascending")])
-    bc = bt.column("cluster_id").to_numpy(zero_copy_only=False).astype(object)
-    base = bt.column("base").to_numpy(zero_copy_only=False).astype(np.int64)
-    btime = bt.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
-    bb = {bc[a]: (base[a:b].copy(), btime[a:b].copy()) for a, b in _runs(bc)}
-    for c in {*steps, *kn, *sp, *bb}:
-        out[c] = ClusterSteps(np.array(sorted(kn.get(c, [])), dtype=np.int64), sp.get(c), steps.get(c, {}),
-                              *bb.get(c, (np.zeros(0, np.int64), np.zeros(0, np.int64))))
-    return out
-
-
-def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
-    """The [start, end) bounds of the runs of equal ``keys`` in sorted parallel arrays."""
-    n = len(keys[0])
-    if not n:
-        return []
-    change = np.zeros(n - 1, dtype=bool)
-    for k in keys:
-        change |= k[1:] != k[:-1]
-    cuts = [0, *(np.flatnonzero(change) + 1).tolist(), n]
-    return list(zip(cuts[:-1], cuts[1:]))
 
 
 @dataclass
@@ -223,7 +92,6 @@ def play_scope(reqs: pa.Table, steps: dict[str, ClusterSteps], max_attempts: int
     sent = reqs.column("cluster_id_sent")
     wrong_id = np.asarray(pc.fill_null(pc.not_equal(sent, pa.scalar(cluster)), False)
                           .to_numpy(zero_copy_only=False), dtype=bool)
-    span = cs.span
 
     def decided(req: np.ndarray, k: np.ndarray, t: np.ndarray, target: np.ndarray, policy: str,
                 applied: np.ndarray | None = None) -> _Rows:
@@ -234,9 +102,8 @@ def play_scope(reqs: pa.Table, steps: dict[str, ClusterSteps], max_attempts: int
         code = np.where(applied == NULL, NO_BROKER_STATE, code)
         if policy != "none":
             code = np.where(wrong_id[req], INCONSISTENT_CLUSTER_ID, code)
-        inside = np.zeros(len(t), bool) if span is None else (t >= span[0]) & (t <= span[1])
-        code = np.where(~inside, OUTSIDE_LOG, code)
-        code = np.where(~np.isin(target, cs.known), UNKNOWN_BROKER, code)
+        code = np.where(~cs.inside(t), OUTSIDE_LOG, code)
+        code = np.where(~cs.is_known(target), UNKNOWN_BROKER, code)
         return _Rows(req, k, t, target, applied, code)
 
     def evaluate(a: _Rows, resp_t: np.ndarray, resp_tok: np.ndarray, policy: str) -> _Rows:

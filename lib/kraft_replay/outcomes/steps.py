@@ -1,0 +1,235 @@
+"""Step functions the outcome tables look requests up in, broadcast to the Python workers (docs/design.md,
+"Shared lookups of the outcome tables"): per cluster, each broker's applied offset over time
+(``broker_applied``), the log's end over time and its batches by offset (``log_batches``), its known
+brokers and its log span. Built once on the driver by :func:`broadcast_steps`; read with ``searchsorted``
+by :mod:`kraft_replay.outcomes.scope_play` (consistency) and :mod:`kraft_replay.outcomes.partition_views`
+(fencing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "codes"]
+
+NULL = np.iinfo(np.int64).min  # no applied offset (no interval, NO_SAMPLES)
+OPEN = np.iinfo(np.int64).max  # an interval still open (to_time null)
+
+@dataclass(frozen=True)
+class BrokerSteps:
+    """One broker's ``broker_applied`` intervals in ``from_time`` order (µs): ``start``, ``end``
+    (:data:`OPEN` when open), ``offset`` (the applied offset of an ``APPLIED`` interval, else
+    :data:`NULL`) and ``high`` (running maximum of ``offset``)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    offset: np.ndarray
+    high: np.ndarray
+
+
+@dataclass(frozen=True)
+class ClusterSteps:
+    """What a cluster's requests are looked up in: its known brokers (sorted), its log span (µs,
+    both ends included; None: no batches), each broker's :class:`BrokerSteps`, its batches' base
+    offsets (ascending) with their append times (µs), and the log's end over time: the batches'
+    append times (ascending, ``end_time``) with the largest last offset appended at or before each
+    (``end_high``)."""
+
+    known: np.ndarray
+    span: tuple[int, int] | None
+    brokers: dict[int, BrokerSteps]
+    batch_base: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    batch_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    end_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    end_high: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def log_end_at(self, t: np.ndarray) -> np.ndarray:
+        """The end of the replayed log at each time ``t`` (µs): the largest ``batch_last_offset`` of the
+        batches appended at or before it; -1 before any (or for a :data:`NULL` time)."""
+        i = np.searchsorted(self.end_time, t, "right") - 1
+        return np.where(i >= 0, self.end_high[np.maximum(i, 0)] if len(self.end_high) else -1, -1).astype(np.int64)
+
+    def is_known(self, broker: np.ndarray) -> np.ndarray:
+        """Whether each broker id is one of the cluster's known brokers."""
+        return np.isin(broker, self.known)
+
+    def inside(self, t: np.ndarray) -> np.ndarray:
+        """Whether each time ``t`` (µs) is inside the log span (both ends included)."""
+        if self.span is None:
+            return np.zeros(len(t), bool)
+        return (t >= self.span[0]) & (t <= self.span[1])
+
+    def batch_time_at(self, offset: np.ndarray) -> np.ndarray:
+        """The append time (µs) of the batch holding each offset (the largest ``batch_base_offset``
+        at or below it); :data:`NULL` for a negative offset or one before every batch."""
+        i = np.searchsorted(self.batch_base, offset, "right") - 1
+        ok = (i >= 0) & (offset >= 0)
+        return np.where(ok, self.batch_time[np.maximum(i, 0)] if len(self.batch_time) else NULL, NULL)
+
+    def applied_at(self, broker: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Facts §9.1: the applied offset of ``broker[i]`` at ``t[i]`` (the interval with
+        ``start <= t < end``), :data:`NULL` in a ``NO_SAMPLES`` interval or outside every interval."""
+        out = np.full(len(t), NULL, dtype=np.int64)
+        for b in np.unique(broker):
+            s = self.brokers.get(int(b))
+            if s is None:
+                continue
+            m = broker == b
+            i = np.searchsorted(s.start, t[m], "right") - 1
+            ok = i >= 0
+            j = np.where(ok, i, 0)
+            ok &= t[m] < s.end[j]
+            out[m] = np.where(ok, s.offset[j], NULL)
+        return out
+
+    def caught_up(self, broker: np.ndarray, t: np.ndarray, until: np.ndarray, token: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Seed 000, wait policy: the earliest ``APPLIED`` interval of ``broker[i]`` starting in
+        (``t[i]``, ``until[i]``] with an offset >= ``token[i]``: its start and offset (:data:`NULL` when
+        none). Found by ``searchsorted`` on the running maximum when no earlier interval reached the
+        token (an offset going back, after a restart, is looked at interval by interval)."""
+        at = np.full(len(t), NULL, dtype=np.int64)
+        off = np.full(len(t), NULL, dtype=np.int64)
+        for b in np.unique(broker):
+            s = self.brokers.get(int(b))
+            if s is None:
+                continue
+            idx = np.flatnonzero(broker == b)
+            lo = np.searchsorted(s.start, t[idx], "right")
+            hi = np.searchsorted(s.start, until[idx], "right")
+            before = np.where(lo > 0, s.high[np.maximum(lo - 1, 0)], NULL)
+            tok = token[idx]
+            j = np.searchsorted(s.high, tok, "left")
+            plain = before < tok
+            hit = plain & (j < hi)
+            at[idx[hit]] = s.start[j[hit]]
+            off[idx[hit]] = s.offset[j[hit]]
+            for k in np.flatnonzero(~plain):  # the broker had reached the token before t, then went back
+                w = np.flatnonzero(s.offset[lo[k]:hi[k]] >= tok[k])
+                if len(w):
+                    at[idx[k]] = s.start[lo[k] + w[0]]
+                    off[idx[k]] = s.offset[lo[k] + w[0]]
+        return at, off
+
+    def next_broker(self, broker: np.ndarray) -> np.ndarray:
+        """The next known broker id after ``broker`` (ascending, cyclic)."""
+        if not len(self.known):
+            return broker
+        i = np.searchsorted(self.known, broker, "right")
+        return np.where(i < len(self.known), self.known[np.minimum(i, len(self.known) - 1)], self.known[0])
+
+
+def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, batches: pa.Table
+                  ) -> dict[str, ClusterSteps]:
+    """Per cluster, its :class:`ClusterSteps` from ``intervals`` (``cluster_id``, ``broker_id``,
+    ``start``, ``end``, ``offset``: µs and applied offset, null end = open, null offset = not applied),
+    ``known`` (``cluster_id``, ``broker_id``), ``spans`` (``cluster_id``, ``span_start``,
+    ``span_end`` in µs; None: the log span of :func:`kraft_replay.outcomes.lookups.log_span`, from the
+    batches' first and last append times and the intervals' last start) and ``batches``
+    (``cluster_id``, ``base``, ``last``, ``time``: base and last offset, append µs)."""
+    icode, inames = codes(intervals.column("cluster_id"))
+    bid = intervals.column("broker_id").to_numpy(zero_copy_only=False).astype(np.int64)
+    start = intervals.column("start").to_numpy(zero_copy_only=False).astype(np.int64)
+    end = intervals.column("end").fill_null(OPEN).to_numpy().astype(np.int64)
+    offset = intervals.column("offset").fill_null(NULL).to_numpy().astype(np.int64)
+    o = _order(icode, bid, start)
+    if o is not None:
+        icode, bid, start, end, offset = icode[o], bid[o], start[o], end[o], offset[o]
+    steps: dict[str, dict[int, BrokerSteps]] = {}
+    last_start: dict[str, int] = {}
+    for a, b in _runs(icode, bid):
+        if icode[a] < 0:  # no cluster id: looked up by no request
+            continue
+        c = inames[icode[a]]
+        off = offset[a:b].copy()
+        steps.setdefault(c, {})[int(bid[a])] = BrokerSteps(start[a:b].copy(), end[a:b].copy(), off,
+                                                          np.maximum.accumulate(off))
+        last_start[c] = max(last_start.get(c, NULL), int(start[b - 1]))
+    kn: dict[str, list[int]] = {}
+    for c, b in zip(known.column("cluster_id").to_pylist(), known.column("broker_id").to_pylist()):
+        kn.setdefault(c, []).append(int(b))
+    bcode, bnames = codes(batches.column("cluster_id"))
+    base = batches.column("base").to_numpy(zero_copy_only=False).astype(np.int64)
+    last = batches.column("last").to_numpy(zero_copy_only=False).astype(np.int64)
+    btime = batches.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
+    bb, ee = {}, {}
+    o = _order(bcode, base)
+    for a, b in _runs(bcode if o is None else bcode[o]):
+        k = o[a:b] if o is not None else np.arange(a, b)
+        if bcode[k[0]] < 0:
+            continue
+        bb[bnames[bcode[k][0]]] = (base[k].copy(), btime[k].copy())
+    o = _order(bcode, btime, last)
+    o = np.arange(len(bcode)) if o is None else o
+    for a, b in _runs(bcode[o]):
+        k = o[a:b]
+        if bcode[k[0]] < 0:
+            continue
+        ee[bnames[bcode[k[0]]]] = (btime[k].copy(), np.maximum.accumulate(last[k]))
+    if spans is None:  # first and last append time, or the last interval start when later
+        sp = {c: (int(t[0]), max(int(t[-1]), last_start.get(c, NULL))) for c, (t, _) in ee.items()}
+    else:
+        sp = {c: (lo, hi) for c, lo, hi in zip(spans.column("cluster_id").to_pylist(),
+                                              spans.column("span_start").to_pylist(),
+                                              spans.column("span_end").to_pylist()) if lo is not None}
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return {c: ClusterSteps(np.array(sorted(kn.get(c, [])), dtype=np.int64), sp.get(c), steps.get(c, {}),
+                            *bb.get(c, empty), *ee.get(c, empty)) for c in {*steps, *kn, *sp, *bb}}
+
+
+def codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """Dictionary codes of a string column (-1: null) and the dictionary."""
+    d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), d.dictionary.to_pylist()
+
+
+def _order(*keys: np.ndarray) -> np.ndarray | None:
+    """The lexicographic order of parallel ``keys`` (the first most significant); None when they are in
+    order already (tables written sorted need no sort)."""
+    n = len(keys[0])
+    if n < 2:
+        return None
+    undecided = np.ones(n - 1, bool)
+    for k in keys:
+        if (undecided & (k[:-1] > k[1:])).any():
+            return np.lexsort(keys[::-1])
+        undecided &= k[:-1] == k[1:]
+    return None
+
+
+def broadcast_steps(broker_applied, brokers, log_batches):  # noqa: ANN001, ANN201 - DataFrames -> Broadcast
+    """Every cluster's :class:`ClusterSteps` (:func:`cluster_steps`) from the silver tables, built on the
+    driver and broadcast to the workers (``.value``: cluster id -> :class:`ClusterSteps`; 32 bytes per
+    ``broker_applied`` interval, 24 per batch). The caller destroys it when done, or leaves it to be
+    released with the last reference."""
+    from pyspark.sql import functions as F
+
+    from kraft_replay.outcomes.lookups import known_brokers
+
+    us = F.unix_micros
+    iv = broker_applied.select(
+        "cluster_id", "broker_id", us(F.col("from_time")).alias("start"), us(F.col("to_time")).alias("end"),
+        F.when(F.col("state") == "APPLIED", F.col("applied_offset")).alias("offset")).toArrow()
+    batches = log_batches.select("cluster_id", F.col("batch_base_offset").alias("base"),
+                                 F.col("batch_last_offset").alias("last"), us(F.col("append_time")).alias("time")).toArrow()
+    steps = cluster_steps(iv, known_brokers(brokers).toArrow(), None, batches)
+    del iv, batches
+    return broker_applied.sparkSession.sparkContext.broadcast(steps)
+
+
+def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
+    """The [start, end) bounds of the runs of equal ``keys`` in sorted parallel arrays."""
+    n = len(keys[0])
+    if not n:
+        return []
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    cuts = [0, *(np.flatnonzero(change) + 1).tolist(), n]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
