@@ -275,3 +275,17 @@ def test_summary_of_the_outcomes(spark, outcomes) -> None:
         (T0, len(REQUESTS) - 1, 7, 4, 1, 2, 1, 6, at(5.5), at(5.5)),
     ], got.schema)
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_lookup_tasks_follow_the_input_size(spark, monkeypatch) -> None:
+    # the shuffle partitions for small input or no estimate (Spark's Long.MaxValue); one task per
+    # TASK_BYTES of Spark's size estimate beyond (a range of 100k longs: 800,000 bytes)
+    from kraft_replay.outcomes import fencing
+
+    base = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    df = spark.range(100_000)
+    assert fencing._tasks(df) == base
+    assert fencing._tasks(_requests(spark)) == base  # a local relation: no estimate
+    monkeypatch.setattr(fencing, "TASK_BYTES", 1000)
+    assert fencing._tasks(df) == 800
+    assert fencing._tasks(_requests(spark)) == base

@@ -128,8 +128,10 @@ def _tasks(frame: DataFrame) -> int:
     spark = frame.sparkSession
     base = int(spark.conf.get("spark.sql.shuffle.partitions"))
     try:
-        size = int(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString())
+        size = int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - no estimate: the shuffle partitions
+        return base
+    if size >= 1 << 60:  # Spark's "unknown" (Long.MaxValue): the shuffle partitions
         return base
     return max(base, -(-size // TASK_BYTES))
 
