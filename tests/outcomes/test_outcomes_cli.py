@@ -56,9 +56,16 @@ def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path, monkeypatc
                        "unix_micros(r.attempt_time) != unix_micros(p.response_time) + 250000").count() == 0
     assert got.where("attempt = 0").count() == 3 * lake.read("metadata_requests").count()
     before = lake.published_versions()
-    # --only fencing: the fencing tables get a new version, the consistency ones keep theirs
+    # --only fencing: the fencing tables get a new version, the consistency ones keep theirs; the
+    # lookups' broadcast is destroyed once the tables are written
+    import kraft_replay.outcomes.fencing as fencing_module
+
+    made = []
+    make = fencing_module.broadcast_steps
+    monkeypatch.setattr(fencing_module, "broadcast_steps", lambda *a: (made.append(make(*a)), made[-1])[1])
     capsys.readouterr()
     assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "fencing", "--json"]) == 0
+    assert len(made) == 1 and not made[0]._jbroadcast.isValid()
     doc = json.loads(capsys.readouterr().out)  # --json: the summary as one object
     assert set(doc["rows"]) == {"fencing_outcomes", "fencing_summary"} and doc["rows"]["fencing_outcomes"] > 0
     assert modes == [SMALL_RUN_CONF[key]] and spark.conf.get(key, None) == session_mode != SMALL_RUN_CONF[key]

@@ -98,7 +98,8 @@ def _views(produce_requests: DataFrame, partitions: DataFrame, broker_applied: D
     (:data:`~kraft_replay.outcomes.partition_views.VIEW_OUTPUT`): the requests and the partitions'
     versions hashed together by partition (one shuffle) and looked up on Arrow batches by
     :func:`~kraft_replay.outcomes.partition_views.partition_views`, the brokers' step functions and the
-    log's ends broadcast to it (released with the frame)."""
+    log's ends broadcast to it (destroyed at the end of an enclosing
+    :func:`~kraft_replay.outcomes.steps.released_broadcasts` block: the outcomes job's, after its writes)."""
     steps = broadcast_steps(broker_applied, brokers, log_batches)
     null = lambda ty: F.lit(None).cast(ty)  # noqa: E731
     spec = [f.strip().split(" ", 1) for f in VIEW_INPUT.split(",")]

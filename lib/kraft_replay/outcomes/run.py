@@ -31,6 +31,7 @@ from kraft_replay.outcomes.features import (
     LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
 )
 from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
+from kraft_replay.outcomes.steps import released_broadcasts
 from kraft_replay.spark import SMALL_RUN_ROWS, session_conf, sized_run
 
 __all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
@@ -157,7 +158,7 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         rows += read(t).count()
         if rows >= SMALL_RUN_ROWS:
             break
-    with sized_run(spark, rows):
+    with sized_run(spark, rows), released_broadcasts():  # lookups broadcast for the frames below, kept to their writes
         # a table, or a function of the tables written before it (``written(name)``: this run's rows)
         frames: dict[str, DataFrame | Callable[[Callable[[str], DataFrame]], DataFrame]] = {}
         after: dict[str, Callable[[DataFrame], dict[str, int]]] = {}  # counts read off a written table

@@ -8,13 +8,15 @@ by :mod:`kraft_replay.outcomes.scope_play` (consistency) and :mod:`kraft_replay.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "codes"]
+__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "released_broadcasts", "codes"]
 
 NULL = np.iinfo(np.int64).min  # no applied offset (no interval, NO_SAMPLES)
 OPEN = np.iinfo(np.int64).max  # an interval still open (to_time null)
@@ -204,8 +206,8 @@ def _order(*keys: np.ndarray) -> np.ndarray | None:
 def broadcast_steps(broker_applied, brokers, log_batches):  # noqa: ANN001, ANN201 - DataFrames -> Broadcast
     """Every cluster's :class:`ClusterSteps` (:func:`cluster_steps`) from the silver tables, built on the
     driver and broadcast to the workers (``.value``: cluster id -> :class:`ClusterSteps`; 32 bytes per
-    ``broker_applied`` interval, 24 per batch). The caller destroys it when done, or leaves it to be
-    released with the last reference."""
+    ``broker_applied`` interval, 24 per batch). Destroyed when the innermost :func:`released_broadcasts`
+    block around the call ends, else by the caller (or with the Spark context)."""
     from pyspark.sql import functions as F
 
     from kraft_replay.outcomes.lookups import known_brokers
@@ -218,7 +220,29 @@ def broadcast_steps(broker_applied, brokers, log_batches):  # noqa: ANN001, ANN2
                                  F.col("batch_last_offset").alias("last"), us(F.col("append_time")).alias("time")).toArrow()
     steps = cluster_steps(iv, known_brokers(brokers).toArrow(), None, batches)
     del iv, batches
-    return broker_applied.sparkSession.sparkContext.broadcast(steps)
+    b = broker_applied.sparkSession.sparkContext.broadcast(steps)
+    if _HELD:
+        _HELD[-1].append(b)
+    return b
+
+
+_HELD: list[list] = []  # the broadcasts of each open released_broadcasts block
+
+
+@contextmanager
+def released_broadcasts() -> Iterator[None]:
+    """The broadcasts :func:`broadcast_steps` makes inside the block are destroyed when it ends (their
+    file on the driver and their blocks on the workers): a job computing frames that read them keeps
+    them until its writes are done, a long-running stream does not pile them up."""
+    _HELD.append([])
+    try:
+        yield
+    finally:
+        for b in _HELD.pop():
+            try:
+                b.destroy()
+            except Exception:  # noqa: BLE001 - destroyed already by its user (consistency destroys its own)
+                pass
 
 
 def _runs(*keys: np.ndarray) -> list[tuple[int, int]]:
