@@ -159,19 +159,10 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, 
     last = batches.column("last").to_numpy(zero_copy_only=False).astype(np.int64)
     btime = batches.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
     bb, ee = {}, {}
-    o = _order(bcode, base)
-    for a, b in _runs(bcode if o is None else bcode[o]):
-        k = o[a:b] if o is not None else np.arange(a, b)
-        if bcode[k[0]] < 0:
-            continue
-        bb[bnames[bcode[k][0]]] = (base[k].copy(), btime[k].copy())
-    o = _order(bcode, btime, last)
-    o = np.arange(len(bcode)) if o is None else o
-    for a, b in _runs(bcode[o]):
-        k = o[a:b]
-        if bcode[k[0]] < 0:
-            continue
-        ee[bnames[bcode[k[0]]]] = (btime[k].copy(), np.maximum.accumulate(last[k]))
+    for k in _groups(bcode, base):  # by offset: the batch holding an offset
+        bb[bnames[bcode[k[0]]]] = (base[k], btime[k])
+    for k in _groups(bcode, btime, last):  # by append time: the log's end at a time
+        ee[bnames[bcode[k[0]]]] = (btime[k], np.maximum.accumulate(last[k]))
     if spans is None:  # first and last append time, or the last interval start when later
         sp = {c: (int(t[0]), max(int(t[-1]), last_start.get(c, NULL))) for c, (t, _) in ee.items()}
     else:
@@ -187,6 +178,13 @@ def codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
     """Dictionary codes of a string column (-1: null) and the dictionary."""
     d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
     return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), d.dictionary.to_pylist()
+
+
+def _groups(code: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
+    """The row indexes of each cluster (``code`` >= 0) in the order of ``keys``."""
+    o = _order(code, *keys)
+    o = np.arange(len(code)) if o is None else o
+    return [o[a:b] for a, b in _runs(code[o]) if code[o[a]] >= 0]
 
 
 def _order(*keys: np.ndarray) -> np.ndarray | None:
