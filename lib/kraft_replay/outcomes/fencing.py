@@ -46,6 +46,7 @@ from pyspark.sql import functions as F
 
 from kraft_replay.outcomes.partition_views import REQUEST_PASS, VIEW_INPUT, VIEW_OUTPUT, partition_views
 from kraft_replay.outcomes.steps import broadcast_steps
+from kraft_replay.spark import tasks_for
 
 __all__ = ["fencing_outcomes", "fencing_summary", "FENCING_OUTCOMES_COLUMNS", "FENCING_SUMMARY_COLUMNS"]
 
@@ -124,17 +125,9 @@ def _views(produce_requests: DataFrame, partitions: DataFrame, broker_applied: D
 
 
 def _tasks(frame: DataFrame) -> int:
-    """How many tasks hold the lookups' input: the shuffle partitions, or more so that each holds about
-    :data:`TASK_BYTES` of the input's estimated size (every row of a task is in Python memory at once)."""
-    spark = frame.sparkSession
-    base = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    try:
-        size = int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-    except Exception:  # noqa: BLE001 - no estimate: the shuffle partitions
-        return base
-    if size >= 1 << 60:  # Spark's "unknown" (Long.MaxValue): the shuffle partitions
-        return base
-    return max(base, -(-size // TASK_BYTES))
+    """How many tasks hold the lookups' input: about :data:`TASK_BYTES` of it each, at least the shuffle
+    partitions (every row of a task is in Python memory at once)."""
+    return tasks_for(frame, TASK_BYTES)
 
 
 def fencing_outcomes(produce_requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame,

@@ -309,6 +309,20 @@ def lineage_cut(df):  # noqa: ANN001, ANN201 - a DataFrame
     return df.localCheckpoint(eager=False).toDF(*df.columns)
 
 
+def tasks_for(df, task_bytes: int) -> int:  # noqa: ANN001 - a DataFrame
+    """How many tasks should hold ``df`` when each task holds its rows at once (in Python memory): the
+    shuffle partitions, or more so that each holds about ``task_bytes`` of Spark's size estimate of
+    ``df`` (none, or Spark's "unknown" — Long.MaxValue: the shuffle partitions)."""
+    base = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    try:
+        size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - no estimate: the shuffle partitions
+        return base
+    if size >= 1 << 60:
+        return base
+    return max(base, -(-size // task_bytes))
+
+
 @contextmanager
 def session_conf(spark, conf: dict[str, str]) -> Iterator[None]:  # noqa: ANN001 - a SparkSession
     """Set the SQL settings ``conf`` on ``spark`` for the block, then restore the previous values."""

@@ -1,0 +1,425 @@
+"""The ``partitions`` domain from its events to its versions, on Arrow batches (facts §5.2, §5.6;
+docs/design.md, "Versioned tables", "``partitions`` on Arrow batches").
+
+Spark hands :func:`partition_state` every event of one hash bucket of partitions (``repartition`` by
+cluster, stream, topic id and partition id: one shuffle, no sort); the task orders them by partition
+and (visible offset, offset, order in the record) with one ``lexsort`` and works on whole columns:
+
+* record-local checks: a PartitionRecord applies when its topic exists, its LeaderRecoveryState is 0
+  or 1 and its directories are absent, all MIGRATING or one per replica; a PartitionChangeRecord when
+  its topic exists, its LeaderRecoveryState is −1, 0 or 1 and the partition exists just before (the
+  last reset before it — an applied PartitionRecord or a snapshot's partition, not a tombstone — set it);
+* the state after each event: every field carried forward from the last event that set it — a reset
+  sets all, an applied change those it does not leave unchanged (null lists, Leader −2, LRS −1) — as
+  a running maximum of row indexes cut at the partition's first row; the leader epoch is the reset's
+  plus the applied changes since that set Leader, the partition epoch the reset's plus every applied
+  change (running counts);
+* a change whose directories do not match its replicas in the carried state does not apply: a
+  fixpoint of whole-column passes, each failing the first mismatching change of a reset's segment
+  (real logs: none);
+* versions: the events that apply, less a snapshot's restatement of the current state and the
+  deletion of a partition that does not exist; each valid until the next (``valid_to_*``) and naming
+  the fields that differ from the version before (``changed_fields``; all after none or a tombstone).
+
+Out come, in one frame (:data:`STATE_OUTPUT`, ``_row``): the versions (0), the anomalies (1) and the
+tombstones that closed an existing partition (2). No row is looked at alone in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kraft_replay.replay.records import ZERO_UUID
+
+__all__ = ["partition_state", "STATE_INPUT", "STATE_OUTPUT", "FIELDS", "MAX_FIXPOINT_PASSES", "VERSION", "ANOMALY",
+           "CLOSED"]
+
+LISTS = ["replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr"]
+#: the versioned fields, in the table's order (the order of ``changed_fields``)
+FIELDS = ["topic_name", "replicas", "isr", "removing_replicas", "adding_replicas", "leader", "leader_recovery_state",
+          "leader_epoch", "partition_epoch", "directories", "eligible_leader_replicas", "last_known_elr"]
+MAX_FIXPOINT_PASSES = 64
+VERSION, ANOMALY, CLOSED = 0, 1, 2
+
+#: one row per event: ``kind`` PR (PartitionRecord), PC (PartitionChangeRecord), S (a loaded
+#: snapshot's partition), T (a topic's removal: tombstone candidate), SA (absent from a loaded
+#: snapshot: deletion candidate); ``r_*`` the record's values with Kafka's sentinels as nulls;
+#: ``_vtime`` µs; ``_t_exists`` / ``_t_name`` the topic just before the event
+STATE_INPUT = (
+    "cluster_id string, _sid long, topic_id string, partition_id int, kind string, "
+    + ", ".join(f"r_{x} array<int>" for x in LISTS)
+    + ", r_leader int, r_lrs int, r_le int, r_pe int, r_dirs array<string>, r_topic_name string, "
+    "_vis long, _ord long, _sub int, _vtime long, record_offset long, record_type string, snapshot_end_offset long, "
+    "_t_exists boolean, _t_name string")
+#: ``_row`` :data:`VERSION`: a version (the table's columns; times in µs); :data:`ANOMALY`: an event
+#: that did not apply (``_code``, ``_msg``, ``_ord``, ``record_type``); :data:`CLOSED`: a tombstone of
+#: an existing partition (``record_offset``)
+STATE_OUTPUT = (
+    "cluster_id string, _sid long, topic_id string, partition_id int, _row int, topic_name string, "
+    "replicas array<int>, isr array<int>, removing_replicas array<int>, adding_replicas array<int>, leader int, "
+    "leader_recovery_state int, leader_epoch int, partition_epoch int, directories array<string>, "
+    "eligible_leader_replicas array<int>, last_known_elr array<int>, changed_fields array<string>, deleted boolean, "
+    "valid_from_offset long, valid_to_offset long, _from_us long, _to_us long, record_offset long, record_type string, "
+    "snapshot_end_offset long, _ord long, _code string, _msg string")
+
+_BASE = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
+
+
+def _schema(ddl: str) -> pa.Schema:
+    def typ(s: str) -> pa.DataType:
+        return pa.list_(_BASE[s[6:-1]]) if s.startswith("array<") else _BASE[s]
+    return pa.schema([(n, typ(s)) for n, s in (f.strip().split(" ", 1) for f in ddl.split(","))])
+
+
+OUTPUT_SCHEMA = _schema(STATE_OUTPUT)
+
+
+def partition_state(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Facts §5.2 / §5.6: every event of a task's partitions (:data:`STATE_INPUT`) -> their versions,
+    anomalies and closing tombstones (:data:`STATE_OUTPUT`)."""
+    got = list(batches)
+    if not got:
+        return
+    t = pa.Table.from_batches(got)
+    del got
+    if t.num_rows:
+        yield from _state(t).to_batches(max_chunksize=1 << 16)
+
+
+def _np(col: pa.ChunkedArray | pa.Array, fill: int = 0) -> np.ndarray:
+    return col.fill_null(fill).to_numpy(zero_copy_only=False)
+
+
+def _bools(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return _np(col, False).astype(bool)
+
+
+def _valid(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return col.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _codes(col: pa.ChunkedArray) -> np.ndarray:
+    d = pc.dictionary_encode(col.combine_chunks())
+    return _np(d.indices, -1).astype(np.int64)
+
+
+def _take(col: pa.Array, idx: np.ndarray) -> pa.Array:
+    """``col`` at ``idx`` (null where ``idx`` < 0)."""
+    return col.take(pa.array(np.maximum(idx, 0), mask=idx < 0))
+
+
+def _list_sizes(col: pa.Array) -> np.ndarray:
+    return _np(pc.list_value_length(col), -1).astype(np.int64)
+
+
+def _parents(col: pa.Array) -> np.ndarray:
+    """The list of each value of ``pc.list_flatten(col)`` (a null list's values are not flattened)."""
+    return np.repeat(np.arange(len(col)), np.maximum(_list_sizes(col), 0))
+
+
+def _real(col: pa.Array) -> np.ndarray:
+    """Facts §5.2: a directory list with a non-zero entry (absent, empty or all-zero: MIGRATING)."""
+    parents = _parents(col)
+    nonzero = _bools(pc.not_equal(pc.list_flatten(col), ZERO_UUID))
+    return np.bincount(parents[nonzero], minlength=len(col)) > 0
+
+
+class _Sorted:
+    """A task's events in (partition, visible offset, offset, order) order, with the partition's first
+    row of each row (``first``) for running values that restart at each partition."""
+
+    def __init__(self, t: pa.Table) -> None:
+        keys = [_codes(t.column("cluster_id")), _np(t.column("_sid"), -2).astype(np.int64),
+                _codes(t.column("topic_id")), _np(t.column("partition_id"), -1).astype(np.int64)]
+        kind = _codes(t.column("kind"))
+        order = np.lexsort((kind, _np(t.column("_sub")), _np(t.column("_ord")), _np(t.column("_vis")), *keys[::-1]))
+        self.t = t.take(order).combine_chunks()
+        keys = [k[order] for k in keys]
+        n = self.n = len(order)
+        new = np.zeros(n, bool)
+        new[:1] = True
+        for k in keys:
+            new[1:] |= k[1:] != k[:-1]
+        self.new = new
+        self.first = np.flatnonzero(new)[np.cumsum(new) - 1]
+        self.part = np.cumsum(new) - 1
+        self.rows = np.arange(n, dtype=np.int64)
+
+    def col(self, name: str) -> pa.Array:
+        return self.t.column(name).chunk(0) if self.t.column(name).num_chunks else pa.array([], self.t.schema.field(name).type)
+
+    def kind(self, k: str) -> np.ndarray:
+        return _bools(pc.equal(self.col("kind"), k))
+
+    def last_set(self, mask: np.ndarray) -> np.ndarray:
+        """Per row, the last row of its partition at or before it where ``mask`` holds (−1: none)."""
+        idx = np.where(mask, self.rows, -1)
+        np.maximum.accumulate(idx, out=idx)
+        idx[idx < self.first] = -1
+        return idx
+
+    def last_before(self, mask: np.ndarray) -> np.ndarray:
+        """Per row, the last row of its partition strictly before it where ``mask`` holds (−1: none)."""
+        idx = self.last_set(mask)
+        out = np.empty_like(idx)
+        out[0:1] = -1
+        out[1:] = idx[:-1]
+        out[self.new] = -1
+        return out
+
+    def running(self, mask: np.ndarray) -> np.ndarray:
+        """Per row, how many rows of its partition up to it (included) ``mask`` holds."""
+        cs = np.cumsum(mask, dtype=np.int64)
+        return cs - (cs - mask)[self.first]
+
+
+class _Carried:
+    """The state after each event given the changes that ``failed``: for each field the row that last
+    set it (−1: none), the epochs, which changes applied and which mismatch their directories."""
+
+    def __init__(self, s: _Sorted, ev: dict, failed: np.ndarray) -> None:
+        self.applied = ev["pc_pre"] & ~failed
+        counted = ev["pc_local"] & ~failed
+        reset = ev["reset_set"]
+        n_le = s.running(counted & ev["leader_set"])
+        n_pe = s.running(counted)
+        self.reset = s.last_set(reset)
+        self.idx = {x: s.last_set(reset | (self.applied & ev[f"{x}_set"])) for x in (*LISTS, "leader", "dirs")}
+        self.idx["lrs"] = s.last_set(reset | (self.applied & ev["lrs_set"]))
+        r = self.reset
+        has = r >= 0
+        self.le = np.where(has & ev["le_valid"][r], (ev["le"] - n_le)[r] + n_le, -1)
+        self.le_valid = has & ev["le_valid"][r]
+        self.pe = np.where(has & ev["pe_valid"][r], (ev["pe"] - n_pe)[r] + n_pe, -1)
+        self.pe_valid = has & ev["pe_valid"][r]
+        d, rp = self.idx["dirs"], self.idx["replicas"]
+        self.dirs_size = np.where(d >= 0, ev["dirs_size"][d], -1)
+        self.replicas_size = np.where(rp >= 0, ev["replicas_size"][rp], -1)
+        real = (d >= 0) & ev["dirs_real"][np.maximum(d, 0)]
+        self.mismatch = self.applied & real & (self.replicas_size >= 0) & (self.dirs_size != self.replicas_size)
+
+
+def _events(s: _Sorted) -> dict:
+    """Record-local checks and the existence of the partition just before each event."""
+    pr, pcr, snap, tomb, absent = (s.kind(k) for k in ("PR", "PC", "S", "T", "SA"))
+    lrs_valid = _valid(s.col("r_lrs"))
+    lrs = _np(s.col("r_lrs"), -99)
+    topic_ok = _bools(s.col("_t_exists"))
+    dirs, replicas = s.col("r_dirs"), s.col("r_replicas")
+    ev = {"pr": pr, "pc": pcr, "snap": snap, "tomb": tomb, "absent": absent, "topic_ok": topic_ok,
+          "dirs_size": _list_sizes(dirs), "replicas_size": _list_sizes(replicas), "dirs_real": _real(dirs)}
+    pr_dirs_ok = ~ev["dirs_real"] | (ev["dirs_size"] == ev["replicas_size"])
+    lrs01 = lrs_valid & np.isin(lrs, (0, 1))
+    ev["pr_applies"] = pr & topic_ok & lrs01 & pr_dirs_ok
+    ev["lrs01"] = lrs01
+    ev["lrs_pc_ok"] = lrs_valid & np.isin(lrs, (-1, 0, 1))
+    # the last reset before: an applied PartitionRecord or a snapshot's partition sets it, a tombstone not
+    sets = ev["pr_applies"] | snap
+    before = s.last_before(sets | tomb | absent)
+    ev["exists_before"] = (before >= 0) & sets[np.maximum(before, 0)]
+    ev["seg"] = s.running(ev["pr_applies"] | snap | tomb | absent)
+    ev["reset_set"] = sets
+    ev["pc_local"] = pcr & topic_ok & ev["lrs_pc_ok"]
+    ev["pc_pre"] = ev["pc_local"] & ev["exists_before"]
+    for x in LISTS:
+        ev[f"{x}_set"] = _valid(s.col(f"r_{x}"))
+    ev["leader_set"] = _valid(s.col("r_leader"))
+    ev["dirs_set"] = _valid(dirs)
+    ev["lrs_set"] = lrs_valid & (lrs != -1)
+    ev["le"], ev["le_valid"] = _np(s.col("r_le")).astype(np.int64), _valid(s.col("r_le"))
+    ev["pe"], ev["pe_valid"] = _np(s.col("r_pe")).astype(np.int64), _valid(s.col("r_pe"))
+    return ev
+
+
+def _resolve(s: _Sorted, ev: dict) -> tuple[_Carried, np.ndarray, list[np.ndarray]]:
+    """Facts §5.2: the carried state with the directory mismatches resolved — each pass fails the first
+    mismatching change of every reset's segment — and the failed changes with their two sizes."""
+    failed = np.zeros(s.n, bool)
+    found: list[np.ndarray] = []
+    carried = _Carried(s, ev, failed)
+    for _ in range(MAX_FIXPOINT_PASSES):
+        m = np.flatnonzero(carried.mismatch)
+        if not m.size:
+            return carried, failed, found
+        part, seg = s.part[m], ev["seg"][m]
+        first = m[np.r_[True, (part[1:] != part[:-1]) | (seg[1:] != seg[:-1])]]
+        found.append(np.stack([first, carried.dirs_size[first], carried.replicas_size[first]]))
+        failed[first] = True
+        carried = _Carried(s, ev, failed)
+    raise RuntimeError(f"partitions: directory mismatches did not settle in {MAX_FIXPOINT_PASSES} passes")
+
+
+def _fields_at(s: _Sorted, ev: dict, c: _Carried, rows: np.ndarray) -> dict[str, pa.Array]:
+    """The state after each of ``rows`` (every field; directories with the MIGRATING default)."""
+    out: dict[str, pa.Array] = {}
+    reset = c.reset[rows]
+    names = pc.coalesce(s.col("r_topic_name"), s.col("_t_name"))
+    out["topic_name"] = _take(names, reset)
+    for x in LISTS:
+        out[x] = _take(s.col(f"r_{x}"), c.idx[x][rows])
+    out["leader"] = _take(s.col("r_leader"), c.idx["leader"][rows])
+    out["leader_recovery_state"] = _take(s.col("r_lrs"), c.idx["lrs"][rows])
+    out["leader_epoch"] = pa.array(c.le[rows].astype(np.int32), mask=~c.le_valid[rows])
+    out["partition_epoch"] = pa.array(c.pe[rows].astype(np.int32), mask=~c.pe_valid[rows])
+    d = c.idx["dirs"][rows]
+    dirs = _take(s.col("r_dirs"), d)
+    real = (d >= 0) & ev["dirs_real"][np.maximum(d, 0)]
+    # not real: one zero directory per replica (none when the replicas are unknown)
+    sizes = np.maximum(_list_sizes(out["replicas"]), 0)
+    offsets = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    zeros = pa.ListArray.from_arrays(pa.array(offsets), pa.array([ZERO_UUID]).take(pa.array(np.zeros(offsets[-1], np.int32))))
+    out["directories"] = pc.if_else(pa.array(real), dirs, zeros)
+    return out
+
+
+def _equal(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Null-safe equality of two aligned columns (lists: the same values in the same order)."""
+    an, bn = ~_valid(a), ~_valid(b)
+    if not pa.types.is_list(a.type):
+        return _bools(pc.equal(a, b)) | (an & bn)
+    la, lb = _list_sizes(a), _list_sizes(b)
+    eq = la == lb  # both null: −1 == −1
+    cand = np.flatnonzero(eq & (la > 0))
+    if cand.size:
+        ia = pa.array(cand)
+        fa, fb = pc.list_flatten(a.take(ia)), pc.list_flatten(b.take(ia))
+        same = _bools(pc.equal(fa, fb)) | (~_valid(fa) & ~_valid(fb))
+        parents = _parents(a.take(ia))
+        eq[cand[np.bincount(parents[~same], minlength=cand.size) > 0]] = False
+    return eq
+
+
+def _neighbours(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per position of a partition-ordered subset, the previous and next position of the same partition (−1: none)."""
+    n = len(part)
+    prev, nxt = np.arange(-1, n - 1), np.arange(1, n + 1)
+    same = part[1:] == part[:-1] if n else np.zeros(0, bool)
+    prev[1:][~same] = -1
+    nxt[:-1][~same] = -1
+    if n:
+        nxt[-1] = -1
+    return prev, nxt
+
+
+def _versions(s: _Sorted, ev: dict, c: _Carried) -> pa.Table:
+    """Facts §5.2 / §5.6: the versions of the events that apply (docs/design.md, "Versioned tables")."""
+    rows = np.flatnonzero(ev["pr_applies"] | ev["snap"] | ev["tomb"] | ev["absent"] | c.applied)
+    f = _fields_at(s, ev, c, rows)
+    deleted = (ev["tomb"] | ev["absent"])[rows]
+    from_snap = (ev["snap"] | ev["absent"])[rows]
+    # a deletion is kept when the partition exists just before it, a snapshot's set when it changes it
+    prev, _ = _neighbours(s.part[rows])
+    exists = (prev >= 0) & ~deleted[np.maximum(prev, 0)]
+    keep = np.where(deleted, exists, True)
+    check = np.flatnonzero(from_snap & ~deleted & exists)
+    if check.size:
+        same = np.ones(check.size, bool)
+        ic, ip = pa.array(check), pa.array(prev[check])
+        for name in FIELDS:
+            same &= _equal(f[name].take(ic), f[name].take(ip))
+        keep[check[same]] = False
+    kept = np.flatnonzero(keep)
+    rows, deleted = rows[kept], deleted[kept]
+    f = {k: v.take(pa.array(kept)) for k, v in f.items()}
+    prev, nxt = _neighbours(s.part[rows])
+    # changed_fields: all after no version or a tombstone, those that differ otherwise; null on a tombstone
+    n = len(rows)
+    changed = np.ones((n, len(FIELDS)), bool)
+    cmp = np.flatnonzero((prev >= 0) & ~deleted & ~deleted[np.maximum(prev, 0)])
+    if cmp.size:
+        ic, ip = pa.array(cmp), pa.array(prev[cmp])
+        for j, name in enumerate(FIELDS):
+            changed[cmp, j] = ~_equal(f[name].take(ic), f[name].take(ip))
+    changed[deleted] = False
+    counts = changed.sum(axis=1)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    names = pa.array(FIELDS).take(pa.array(np.nonzero(changed)[1].astype(np.int32)))
+    changed_fields = pa.ListArray.from_arrays(pa.array(offsets), names, mask=pa.array(deleted))
+
+    live = pa.array(np.arange(n), mask=deleted)
+    out = {k: s.col(k).take(pa.array(rows)) for k in ("cluster_id", "_sid", "topic_id", "partition_id")}
+    out["_row"] = pa.array(np.full(n, VERSION, np.int32))
+    for name in FIELDS:
+        out[name] = f[name].take(live)
+    out["changed_fields"] = changed_fields
+    out["deleted"] = pa.array(deleted)
+    vis, vtime = s.col("_vis").take(pa.array(rows)), s.col("_vtime").take(pa.array(rows))
+    out["valid_from_offset"], out["_from_us"] = vis, vtime
+    out["valid_to_offset"], out["_to_us"] = _take(vis, nxt), _take(vtime, nxt)
+    for k in ("record_offset", "record_type", "snapshot_end_offset", "_ord"):
+        out[k] = s.col(k).take(pa.array(rows))
+    return _table(out, n)
+
+
+def _join(*parts: pa.Array | str) -> pa.Array:
+    """Element-wise concatenation of string columns and literals."""
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _string(col: pa.Array) -> pa.Array:
+    return pc.cast(col, pa.string())
+
+
+def _anomalies(s: _Sorted, ev: dict, failed_found: list[np.ndarray]) -> pa.Table:
+    """Facts §5.7: the events that do not apply, with a reason code and message."""
+    pr, pcr, topic_ok, exists = ev["pr"], ev["pc"], ev["topic_ok"], ev["exists_before"]
+    cases = [
+        (pr & ~topic_ok, "UNKNOWN_TOPIC", lambda a: _join("PartitionRecord for unknown topic id ", a["topic_id"])),
+        (pr & ~ev["lrs01"], "INVALID_FIELD_VALUE",
+         lambda a: _join("LeaderRecoveryState ", _string(a["r_lrs"]), " is neither 0 nor 1")),
+        (pr & ~ev["pr_applies"], "DIRECTORIES_MISMATCH",
+         lambda a: _join(_string(pc.list_value_length(a["r_dirs"])), " directories for ",
+                         _string(pc.list_value_length(a["r_replicas"])), " replicas")),
+        (pcr & ~topic_ok, "UNKNOWN_TOPIC", lambda a: _join("PartitionChangeRecord for unknown topic id ", a["topic_id"])),
+        (pcr & ~exists, "UNKNOWN_PARTITION",
+         lambda a: _join("PartitionChangeRecord for partition ", _string(a["partition_id"]), " the topic does not have")),
+        (pcr & ~ev["lrs_pc_ok"], "INVALID_FIELD_VALUE",
+         lambda a: _join("LeaderRecoveryState ", _string(a["r_lrs"]), " is not -1, 0 or 1")),
+    ]
+    taken = np.zeros(s.n, bool)
+    parts = []
+    for mask, code, message in cases:
+        rows = np.flatnonzero(mask & ~taken)
+        taken |= mask
+        if rows.size:
+            a = {k: s.col(k).take(pa.array(rows)) for k in ("topic_id", "partition_id", "r_lrs", "r_dirs", "r_replicas")}
+            parts.append((rows, code, message(a)))
+    for found in failed_found:  # the changes the fixpoint failed, with the sizes it found
+        rows, dirs, replicas = found
+        msg = _join(_string(pa.array(dirs)), " directories for ", _string(pa.array(replicas)), " replicas")
+        parts.append((rows, "DIRECTORIES_MISMATCH", msg))
+    if not parts:
+        return _table({}, 0)
+    rows = np.concatenate([p[0] for p in parts])
+    n = len(rows)
+    out = {k: s.col(k).take(pa.array(rows)) for k in ("cluster_id", "_sid", "topic_id", "partition_id", "_ord", "record_type")}
+    out["_row"] = pa.array(np.full(n, ANOMALY, np.int32))
+    out["_code"] = pa.array(np.concatenate([np.full(len(p[0]), p[1], object) for p in parts]), pa.string())
+    out["_msg"] = pa.concat_arrays([p[2] for p in parts])
+    return _table(out, n)
+
+
+def _closed(s: _Sorted, ev: dict) -> pa.Table:
+    """The tombstones that close a partition existing just before them (counted per record by Spark)."""
+    rows = pa.array(np.flatnonzero(ev["tomb"] & ev["exists_before"]))
+    out = {k: s.col(k).take(rows) for k in ("cluster_id", "_sid", "topic_id", "partition_id", "record_offset")}
+    out["_row"] = pa.array(np.full(len(rows), CLOSED, np.int32))
+    return _table(out, len(rows))
+
+
+def _table(cols: dict[str, pa.Array], n: int) -> pa.Table:
+    return pa.table([cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in OUTPUT_SCHEMA],
+                    schema=OUTPUT_SCHEMA)
+
+
+def _state(t: pa.Table) -> pa.Table:
+    s = _Sorted(t)
+    ev = _events(s)
+    carried, _, found = _resolve(s, ev)
+    return pa.concat_tables([_versions(s, ev, carried), _anomalies(s, ev, found), _closed(s, ev)])
