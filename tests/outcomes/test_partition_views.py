@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kraft_replay.outcomes.partition_views import VIEW_INPUT, _schema, partition_views
+from kraft_replay.outcomes.partition_views import VIEW_INPUT, partition_views
 from kraft_replay.outcomes.steps import cluster_steps
+from kraft_replay.spark.arrow import arrow_schema
 
 S = 1_000_000  # µs
-SCHEMA = _schema(VIEW_INPUT)
+SCHEMA = arrow_schema(VIEW_INPUT)
 
 
 def _steps(base: int = 0) -> dict:

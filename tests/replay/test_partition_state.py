@@ -9,8 +9,9 @@ import pytest
 
 from kraft_replay.replay import partition_state as P
 from kraft_replay.replay.records import ZERO_UUID
+from kraft_replay.spark.arrow import arrow_schema
 
-SCHEMA = P._schema(P.STATE_INPUT)
+SCHEMA = arrow_schema(P.STATE_INPUT)
 EMPTY = {f"r_{x}": [] for x in P.LISTS}
 
 

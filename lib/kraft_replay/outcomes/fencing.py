@@ -47,6 +47,7 @@ from pyspark.sql import functions as F
 from kraft_replay.outcomes.partition_views import REQUEST_PASS, VIEW_INPUT, VIEW_OUTPUT, partition_views
 from kraft_replay.outcomes.steps import broadcast_steps
 from kraft_replay.spark import tasks_for
+from kraft_replay.spark.arrow import ddl_fields
 
 __all__ = ["fencing_outcomes", "fencing_summary", "FENCING_OUTCOMES_COLUMNS", "FENCING_SUMMARY_COLUMNS"]
 
@@ -103,7 +104,7 @@ def _views(produce_requests: DataFrame, partitions: DataFrame, broker_applied: D
     :func:`~kraft_replay.outcomes.steps.released_broadcasts` block: the outcomes job's, after its writes)."""
     steps = broadcast_steps(broker_applied, brokers, log_batches)
     null = lambda ty: F.lit(None).cast(ty)  # noqa: E731
-    spec = [f.strip().split(" ", 1) for f in VIEW_INPUT.split(",")]
+    spec = ddl_fields(VIEW_INPUT)
     req = {"_kind": F.lit(1), "_t": F.unix_micros("request_time")}
     ver = {"_kind": F.lit(0), "_from": F.col("valid_from_offset"), "_to": F.col("valid_to_offset"),
            "_rec": F.col("record_offset"), "_since": F.unix_micros("valid_from_time")}

@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kraft_replay.outcomes.steps import NULL, ClusterSteps, codes
+from kraft_replay.outcomes.steps import NULL, ClusterSteps
+from kraft_replay.spark.arrow import arrow_schema, codes
 
 __all__ = ["partition_views", "VIEW_INPUT", "VIEW_OUTPUT", "REQUEST_PASS"]
 
@@ -60,15 +61,6 @@ def partition_views(batches: Iterator[pa.RecordBatch], steps: dict[str, ClusterS
     del t
     if req.num_rows:
         yield from _views(req, ver, steps).to_batches(max_chunksize=1 << 16)
-
-
-def _spark_type(ddl: str) -> pa.DataType:
-    base = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
-    return pa.list_(base[ddl[6:-1]]) if ddl.startswith("array<") else base[ddl]
-
-
-def _schema(ddl: str) -> pa.Schema:
-    return pa.schema([(n, _spark_type(ty)) for n, ty in (f.strip().split(" ", 1) for f in ddl.split(","))])
 
 
 def _ints(col: pa.ChunkedArray, fill: int) -> np.ndarray:
@@ -178,4 +170,4 @@ def _views(req: pa.Table, ver: pa.Table, steps: dict[str, ClusterSteps]) -> pa.T
         schema=_OUTPUT_SCHEMA)
 
 
-_OUTPUT_SCHEMA = _schema(VIEW_OUTPUT)
+_OUTPUT_SCHEMA = arrow_schema(VIEW_OUTPUT)

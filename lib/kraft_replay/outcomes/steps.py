@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "released_broadcasts", "codes"]
+from kraft_replay.spark.arrow import codes
+
+__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "released_broadcasts"]
 
 NULL = np.iinfo(np.int64).min  # no applied offset (no interval, NO_SAMPLES)
 OPEN = np.iinfo(np.int64).max  # an interval still open (to_time null)
@@ -172,12 +173,6 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, 
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     return {c: ClusterSteps(np.array(sorted(kn.get(c, [])), dtype=np.int64), sp.get(c), steps.get(c, {}),
                             *bb.get(c, empty), *ee.get(c, empty)) for c in {*steps, *kn, *sp, *bb}}
-
-
-def codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
-    """Dictionary codes of a string column (-1: null) and the dictionary."""
-    d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), d.dictionary.to_pylist()
 
 
 def _groups(code: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:

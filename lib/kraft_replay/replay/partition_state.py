@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraft_replay.replay.records import ZERO_UUID
+from kraft_replay.spark.arrow import arrow_schema, codes
 
 __all__ = ["partition_state", "STATE_INPUT", "STATE_OUTPUT", "FIELDS", "MAX_FIXPOINT_PASSES", "VERSION", "ANOMALY",
            "CLOSED"]
@@ -66,16 +67,7 @@ STATE_OUTPUT = (
     "valid_from_offset long, valid_to_offset long, _from_us long, _to_us long, record_offset long, record_type string, "
     "snapshot_end_offset long, _ord long, _code string, _msg string")
 
-_BASE = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
-
-
-def _schema(ddl: str) -> pa.Schema:
-    def typ(s: str) -> pa.DataType:
-        return pa.list_(_BASE[s[6:-1]]) if s.startswith("array<") else _BASE[s]
-    return pa.schema([(n, typ(s)) for n, s in (f.strip().split(" ", 1) for f in ddl.split(","))])
-
-
-OUTPUT_SCHEMA = _schema(STATE_OUTPUT)
+OUTPUT_SCHEMA = arrow_schema(STATE_OUTPUT)
 
 
 def partition_state(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -100,11 +92,6 @@ def _bools(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _valid(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return col.is_valid().to_numpy(zero_copy_only=False)
-
-
-def _codes(col: pa.ChunkedArray) -> np.ndarray:
-    d = pc.dictionary_encode(col.combine_chunks())
-    return _np(d.indices, -1).astype(np.int64)
 
 
 def _take(col: pa.Array, idx: np.ndarray) -> pa.Array:
@@ -133,9 +120,9 @@ class _Sorted:
     row of each row (``first``) for running values that restart at each partition."""
 
     def __init__(self, t: pa.Table) -> None:
-        keys = [_codes(t.column("cluster_id")), _np(t.column("_sid"), -2).astype(np.int64),
-                _codes(t.column("topic_id")), _np(t.column("partition_id"), -1).astype(np.int64)]
-        kind = _codes(t.column("kind"))
+        keys = [codes(t.column("cluster_id"))[0], _np(t.column("_sid"), -2).astype(np.int64),
+                codes(t.column("topic_id"))[0], _np(t.column("partition_id"), -1).astype(np.int64)]
+        kind = codes(t.column("kind"))[0]
         order = np.lexsort((kind, _np(t.column("_sub")), _np(t.column("_ord")), _np(t.column("_vis")), *keys[::-1]))
         self.t = t.take(order).combine_chunks()
         keys = [k[order] for k in keys]
@@ -145,8 +132,8 @@ class _Sorted:
         for k in keys:
             new[1:] |= k[1:] != k[:-1]
         self.new = new
-        self.first = np.flatnonzero(new)[np.cumsum(new) - 1]
-        self.part = np.cumsum(new) - 1
+        self.part = np.cumsum(new) - 1  # the partition of each row, numbered from 0
+        self.first = np.flatnonzero(new)[self.part]
         self.rows = np.arange(n, dtype=np.int64)
 
     def col(self, name: str) -> pa.Array:
@@ -235,7 +222,7 @@ def _events(s: _Sorted) -> dict:
     return ev
 
 
-def _resolve(s: _Sorted, ev: dict) -> tuple[_Carried, np.ndarray, list[np.ndarray]]:
+def _resolve(s: _Sorted, ev: dict) -> tuple[_Carried, list[np.ndarray]]:
     """Facts §5.2: the carried state with the directory mismatches resolved — each pass fails the first
     mismatching change of every reset's segment — and the failed changes with their two sizes."""
     failed = np.zeros(s.n, bool)
@@ -244,7 +231,7 @@ def _resolve(s: _Sorted, ev: dict) -> tuple[_Carried, np.ndarray, list[np.ndarra
     for _ in range(MAX_FIXPOINT_PASSES):
         m = np.flatnonzero(carried.mismatch)
         if not m.size:
-            return carried, failed, found
+            return carried, found
         part, seg = s.part[m], ev["seg"][m]
         first = m[np.r_[True, (part[1:] != part[:-1]) | (seg[1:] != seg[:-1])]]
         found.append(np.stack([first, carried.dirs_size[first], carried.replicas_size[first]]))
@@ -421,5 +408,5 @@ def _table(cols: dict[str, pa.Array], n: int) -> pa.Table:
 def _state(t: pa.Table) -> pa.Table:
     s = _Sorted(t)
     ev = _events(s)
-    carried, _, found = _resolve(s, ev)
+    carried, found = _resolve(s, ev)
     return pa.concat_tables([_versions(s, ev, carried), _anomalies(s, ev, found), _closed(s, ev)])

@@ -24,19 +24,21 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kraft_replay.replay.partition_state import ANOMALY, CLOSED, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state
+from kraft_replay.replay.partition_state import (
+    ANOMALY, CLOSED, LISTS, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
+)
 from kraft_replay.replay.records import API
 from kraft_replay.replay.versioning import MAIN, STREAM, anomaly, current, spark_type
 from kraft_replay.replay.schemas import SILVER_TABLES
 from kraft_replay.spark import lineage_cut
+from kraft_replay.spark.arrow import ddl_fields
 
 __all__ = ["partition_events", "partitions"]
 
 KEY = ["topic_id", "partition_id"]
-LISTS = ["replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr"]
 #: about this many events per task (a task's events are in Python memory at once: ~1 KiB each at the peak)
 TASK_ROWS = 500_000
-_INPUT = [tuple(f.strip().split(" ", 1)) for f in STATE_INPUT.split(",")]
+_INPUT = ddl_fields(STATE_INPUT)
 _RAW = ["r_" + x for x in (*LISTS, "leader", "lrs", "le", "pe", "dirs", "topic_name")]
 
 
