@@ -42,7 +42,7 @@ class Stage:
         self.catalog = ck(L.snapshot_catalog(self.snap, self.ctl))
         self.usable = ck(L.usable_snapshots(self.catalog))
         clusters = self.log.select("cluster_id").union(self.ctl.select("cluster_id")).union(self.snap.select("cluster_id")).distinct()
-        self.starts = ck(L.replay_starts(self.positions, self.batches, self.usable, clusters))
+        self.starts = ck(L.replay_starts(self.batches, self.usable, clusters))
         self.kept = ck(L.kept_records(self.log, self.batches))
         self.gaps = ck(L.offset_gaps(self.positions, self.batches, self.starts, self.usable))
         self.txns = ck(L.transactions(self.kept, self.starts))
@@ -172,6 +172,18 @@ def buckets(b: BronzeLog) -> None:
     b.snapshot(999_998, 1, [mv(11)])
 
 
+@case
+def stray_offsets(b: BronzeLog) -> None:
+    """Hostile batches (CRC-valid, accepted by the decoder): a record whose offset delta points past
+    its header's last offset, onto the next batch's offset; a batch with an offset missing inside."""
+    b.batch(mv(11), topic("t", T1))                              # 0..1
+    b.log.append(dict(b.log[-1], offset=2, source_position=5))   # a stray record at 2 in batch 0..1
+    b.batch(rec("NO_OP_RECORD"))                                 # 2
+    b.batch(rec("NO_OP_RECORD"), rec("NO_OP_RECORD"))            # 3..4
+    b.log.pop()                                                  # 4 missing inside batch 3..4
+    b.batch(rec("NO_OP_RECORD"))                                 # 5
+
+
 def _cols(df, *names):
     return df.select(*names).orderBy(*names)
 
@@ -262,3 +274,31 @@ def test_start_gaps_and_mid_stream(stage, snapshot_end, start, codes) -> None:
 
 def test_gap_detection_across_offset_buckets(stage) -> None:
     assert sorted((r.gap_lo, r.gap_hi) for r in stage.of("buckets").gaps.collect()) == [(1_000_001, 1_000_005)]
+
+
+def _clusters(df) -> set[str]:
+    return {r.cluster_id for r in df.select("cluster_id").distinct().collect()}
+
+
+def test_batch_level_shortcuts_equal_the_row_level_scans(spark, stage) -> None:
+    """Outside :func:`L.copy_batches` an offset has one row, so the kept records need no window; without
+    :func:`L.irregular_batches` the offsets present are the batches' ranges, so the gaps come from the
+    batches. Both equal the row-level results on every case they allow, and would be wrong on the
+    hostile one they exclude."""
+    copy, irregular = _clusters(L.copy_batches(stage.batches)), _clusters(L.irregular_batches(stage.batches))
+    assert copy == {"copies", "divergence", "stray_offsets"}  # divergence: the winning batch overlaps the loser
+    assert irregular == {"stray_offsets"}
+    key = ["cluster_id", "offset", "source_file", "source_position"]
+    for c in CASES:
+        s = stage.of(c)
+        if c not in copy:
+            fast = L.kept_records(s.log, s.batches, copies=False)
+            assert_df_equality(fast.orderBy(*key), s.kept.orderBy(*key), ignore_nullable=True)
+        if c not in irregular:
+            fast = L.offset_gaps(s.positions, s.batches, s.starts, s.usable, by_batch=True)
+            assert_df_equality(fast.orderBy("gap_lo"), s.gaps.orderBy("gap_lo"), ignore_nullable=True)
+    s = stage.of("stray_offsets")
+    assert [(r.gap_lo, r.gap_hi) for r in s.gaps.collect()] == [(4, 5)]
+    assert L.offset_gaps(s.positions, s.batches, s.starts, s.usable, by_batch=True).isEmpty()
+    assert [(r.offset, r._n) for r in s.kept.where("_copy = 2").collect()] == [(2, 2)]
+    assert L.kept_records(s.log, s.batches, copies=False).where("_n > 1").isEmpty()

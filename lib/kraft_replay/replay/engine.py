@@ -133,7 +133,7 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     if "partitions" in wanted:
         part_recs = checkpoint(recs.where(is_part).select(
             *[c for c in recs.columns if c not in PAYLOAD_COLUMNS], *part_cols))
-    recs = checkpoint(recs.where(~is_part))
+    recs = checkpoint(recs.where(~is_part).drop(*part_cols))  # the other domains read no partition payload
     if "topics" in wanted:
         out["topics"], a, topics_ann = topics(recs, f("topics"), loads)
         topics_ann = checkpoint(topics_ann)
@@ -273,7 +273,9 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     spark = log.sparkSession
     for k, v in SESSION_CONF.items():
         spark.conf.set(k, v)
-    positions = checkpoint(L.log_positions(log, control))
+    # the rows' positions are read whole once, by the batches' aggregate; the later stages read the
+    # batches (and the rows again only for hostile logs: batches that are not exactly base..last)
+    positions = L.log_positions(log, control)
     batches = checkpoint(L.mark_divergent(checkpoint(L.log_batches(positions))))
     if resume is None:
         clusters = (log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
@@ -285,16 +287,20 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
         has_loads = True
     catalog = checkpoint(catalog)
     usable = checkpoint(L.usable_snapshots(catalog))
-    starts = checkpoint(L.replay_starts(positions, batches, usable, clusters))
-    kept = checkpoint(L.kept_records(log, batches))
-    gaps = checkpoint(L.offset_gaps(positions, batches, starts, usable))
+    starts = checkpoint(L.replay_starts(batches, usable, clusters))
+    # one row per offset (the usual log): the kept records need no window over the offsets and are
+    # read twice at most (transactions, counts), so they are not materialised
+    multi = not L.copy_batches(batches).isEmpty()
+    kept = L.kept_records(log, batches, copies=multi)
+    kept = checkpoint(kept) if multi else kept
+    gaps = checkpoint(L.offset_gaps(positions, batches, starts, usable, by_batch=L.irregular_batches(batches).isEmpty()))
     loads = checkpoint(L.snapshot_loads(starts, gaps, catalog))
     txns = checkpoint(L.transactions(kept, starts))
     spans = checkpoint(L.transaction_spans(txns, starts))
     cols = ["cluster_id", "offset", "_vis", "_vtime", "api_key", "record_type", *[c for c in PAYLOAD_COLUMNS if c in log.columns]]
     copies = L.copy_digests(log, kept)
     # no offset with several copies (the usual case): no scan of the payloads for digests
-    copies = checkpoint(copies) if not kept.where(F.col("_n") > 1).isEmpty() else copies.limit(0)
+    copies = checkpoint(copies) if multi and not kept.where(F.col("_n") > 1).isEmpty() else copies.limit(0)
     recs = _records_stream(L.applied_records(log, copies, batches, starts, spans).select(*cols), MAIN)  # split and cut per domain
 
     if has_loads is None:

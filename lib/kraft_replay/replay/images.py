@@ -106,6 +106,7 @@ def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None 
     at = at.select("cluster_id", "image_offset", "trigger",
                    F.coalesce("metadata_version_level", F.lit(DEFAULT_MV_LEVEL).cast("short")).alias("metadata_version_level"))
     parts = []
+    at = F.broadcast(at)  # a few offsets: the versions are filtered where they are, neither shuffled nor sorted
     for d, v in versions.items():
         spec = SILVER_TABLES[d]
         keys, cols = list(spec.key_names), entity_columns(d)
