@@ -36,14 +36,15 @@ BY_BROKER = ["broker_id", "cluster_id"]
 
 def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataFrame:
     """Facts §9.1 / §5.1: the ``broker_applied`` intervals of bronze ``broker_progress`` samples."""
-    p = progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").dropDuplicates(
-        [*_KEY, "observed_at"])
+    # one shuffle: every later step is per broker (a hash of the broker satisfies each grouping and window)
+    p = (progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").repartition(*BY_BROKER)
+         .dropDuplicates([*_KEY, "observed_at"]))
     w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
     ms = F.unix_micros("observed_at")
     p = p.select("*", ms.alias("_us"), (ms - F.lag(ms).over(w)).alias("_gap_us"),
                  F.lag("applied_offset").over(w).alias("_prev_off"))
-    med = p.groupBy(*_KEY).agg(F.percentile_approx("_gap_us", 0.5, 10000).alias("_med_us"))
-    p = p.join(F.broadcast(med), _KEY)
+    # the broker's median interval over its whole window: the rows are read once, not joined back
+    p = p.select("*", F.percentile_approx("_gap_us", 0.5, 10000).over(Window.partitionBy(*BY_BROKER)).alias("_med_us"))
     gap = F.col("_gap_us").isNotNull() & F.col("_med_us").isNotNull() & (F.col("_gap_us") > F.col("_med_us") * gap_factor)
     new_run = F.col("_prev_off").isNull() | (F.col("applied_offset") != F.col("_prev_off")) | gap
     p = p.select("*", gap.alias("_gap_before"), new_run.alias("_new"))
@@ -57,14 +58,17 @@ def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataF
                        F.lag("applied_offset").over(wr).alias("_prev_run_off"))
     end_us = F.when(F.col("_gap_after"), F.col("_last_us") + F.col("_med_us")).otherwise(F.col("_next_us"))
     ts = lambda c: F.timestamp_micros(c.cast("long"))  # noqa: E731
-    applied = runs.select(
-        *_KEY, ts(F.col("_first_us")).alias("from_time"), ts(end_us).alias("to_time"), F.lit("APPLIED").alias("state"),
-        "applied_offset", "applied_record_time", F.col("samples").cast("long").alias("samples"),
+    applied = F.struct(
+        ts(F.col("_first_us")).alias("from_time"), ts(end_us).alias("to_time"), F.lit("APPLIED").alias("state"),
+        F.col("applied_offset"), F.col("applied_record_time"), F.col("samples").cast("long").alias("samples"),
         (F.coalesce(F.col("_gap_before"), F.lit(False))
          | F.coalesce(F.col("applied_offset") < F.col("_prev_run_off"), F.lit(False))).alias("restarted"))
-    gaps = runs.where(F.col("_gap_after")).select(
-        *_KEY, ts(F.col("_last_us") + F.col("_med_us")).alias("from_time"), ts(F.col("_next_us")).alias("to_time"),
+    gap = F.struct(
+        ts(F.col("_last_us") + F.col("_med_us")).alias("from_time"), ts(F.col("_next_us")).alias("to_time"),
         F.lit("NO_SAMPLES").alias("state"), F.lit(None).cast("long").alias("applied_offset"),
         F.lit(None).cast("timestamp").alias("applied_record_time"), F.lit(0).cast("long").alias("samples"),
         F.lit(False).alias("restarted"))
-    return applied.unionByName(gaps).select(*BROKER_APPLIED_COLUMNS)
+    # each run gives its interval and, before a gap, the NO_SAMPLES one (one pass, not a union of two)
+    rows = F.when(F.col("_gap_after"), F.array(applied, gap)).otherwise(F.array(applied))
+    out = runs.select(*_KEY, F.explode(rows).alias("_i"))
+    return out.select(*_KEY, "_i.*").select(*BROKER_APPLIED_COLUMNS)
