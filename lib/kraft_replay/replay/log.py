@@ -70,25 +70,22 @@ def _null(typ: str) -> Column:
 # two-level scans
 
 
-def _scan(df: DataFrame, order: list[str], bucket_of: str, value: str, out: str, *, before: bool) -> DataFrame:
-    """``out`` = max of ``value`` over the cluster's rows before this one in ``order`` (``before``),
-    or min over the rows after it (not ``before``); null when there are none. ``bucket_of`` is the
-    (monotone in ``order``) column the offset buckets are taken from."""
-    agg, comb = (F.max, F.greatest) if before else (F.min, F.least)
-    # "after" is "before" in the reversed order: a frame ending at the current row is computed
-    # incrementally, one reaching the partition's end is recomputed for every row (quadratic)
-    def by(cols: list[str]) -> list[Column]:
-        return [F.col(c).asc() if before else F.col(c).desc() for c in cols]
-
-    frame = (Window.unboundedPreceding, -1)
-    b = df.withColumn("_b", _bucket(F.col(bucket_of)))
-    per_bucket = b.groupBy("cluster_id", "_b").agg(agg(value).alias("_bv"))
-    w_buckets = Window.partitionBy("cluster_id").orderBy(*by(["_b"])).rowsBetween(*frame)
-    prefix = per_bucket.select("cluster_id", "_b", agg("_bv").over(w_buckets).alias("_outside"))
-    w_in = Window.partitionBy("_b", "cluster_id").orderBy(*by(order)).rowsBetween(*frame)
-    return (b.join(F.broadcast(prefix), ["cluster_id", "_b"], "left")
-            .withColumn(out, comb(F.col("_outside"), agg(value).over(w_in)))
-            .drop("_b", "_outside"))
+def _neighbours(df: DataFrame, order: list[str]) -> DataFrame:
+    """``df`` (``cluster_id``, ``_lo``, ``_hi``) with ``_prev_hi`` — the greatest ``_hi`` of the cluster's
+    rows before this one in ``order`` (which starts with ``_lo``) — and ``_next_lo``, the next row's
+    ``_lo`` (the least of the rows after it); null when there are none. Both from one ordering: a
+    window per offset bucket of ``_lo``, each bucket's first and last row completed from the
+    (small) per-bucket aggregate."""
+    b = df.withColumn("_b", _bucket(F.col("_lo")))
+    per = b.groupBy("cluster_id", "_b").agg(F.max("_hi").alias("_bhi"), F.min("_lo").alias("_blo"))
+    wb = Window.partitionBy("cluster_id").orderBy("_b")
+    edges = per.select("cluster_id", "_b", F.max("_bhi").over(wb.rowsBetween(Window.unboundedPreceding, -1)).alias("_before"),
+                       F.lead("_blo").over(wb).alias("_after"))
+    w = Window.partitionBy("_b", "cluster_id").orderBy(*order)
+    return (b.join(F.broadcast(edges), ["cluster_id", "_b"], "left")
+            .withColumn("_prev_hi", F.greatest(F.col("_before"), F.max("_hi").over(w.rowsBetween(Window.unboundedPreceding, -1))))
+            .withColumn("_next_lo", F.coalesce(F.lead("_lo").over(w), F.col("_after")))
+            .drop("_b", "_before", "_after"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,14 +125,13 @@ def mark_divergent(batches: DataFrame) -> DataFrame:
     (a later leader truncated it); ``_overlap``: the batch's offsets — its header's range widened to
     the offsets present — overlap another batch's. Overlaps are found with two ordered scans (a batch
     overlaps another iff its low end is at most the previous batches' greatest high end, or the next
-    batch's low end is at most its high end); only the few overlapping batches are joined pairwise,
+    batch's low end is at most its high end: one ordering, :func:`_neighbours`); only the few overlapping batches are joined pairwise,
     on their headers' ranges."""
     lo = F.least("batch_base_offset", "_min_offset")
     hi = F.greatest("batch_last_offset", "_max_offset")
     order = ["_lo", "batch_leader_epoch", "_hi"]
     s = batches.select("cluster_id", *_BATCH, lo.alias("_lo"), hi.alias("_hi"))
-    s = _scan(s, order, "_lo", "_hi", "_prev_hi", before=True)
-    s = _scan(s, order, "_lo", "_lo", "_next_lo", before=False)
+    s = _neighbours(s, order)
     involved = s.where((F.col("_lo") <= F.col("_prev_hi")) | (F.col("_next_lo") <= F.col("_hi"))).select("cluster_id", *_BATCH)
     a, b = involved.alias("a"), involved.alias("b")
     losers = a.join(b, (F.col("a.cluster_id") == F.col("b.cluster_id"))
@@ -351,9 +347,9 @@ def offset_gaps(positions: DataFrame, batches: DataFrame, starts: DataFrame, usa
         present = (_divergent_join(positions, batches, _BATCH, "left_anti").select("cluster_id", "offset")
                    .join(start, "cluster_id").where(F.col("offset") >= F.col("replay_start_offset"))
                    .withColumn("_hi", F.col("offset")))
-    prev = _scan(present, ["offset"], "offset", "_hi", "_prev", before=True)
-    lo = F.when(F.col("_prev").isNull(), F.col("replay_start_offset")).otherwise(F.col("_prev") + 1)
-    gaps = prev.select("cluster_id", lo.alias("gap_lo"), F.col("offset").alias("gap_hi")).where(F.col("gap_lo") < F.col("gap_hi"))
+    prev = _neighbours(present.withColumnRenamed("offset", "_lo"), ["_lo"])
+    lo = F.when(F.col("_prev_hi").isNull(), F.col("replay_start_offset")).otherwise(F.col("_prev_hi") + 1)
+    gaps = prev.select("cluster_id", lo.alias("gap_lo"), F.col("_lo").alias("gap_hi")).where(F.col("gap_lo") < F.col("gap_hi"))
     u = usable.select(F.col("cluster_id").alias("_uc"), F.col("snapshot_end_offset").alias("_end"),
                       F.col("snapshot_epoch").alias("_epoch"))
     j = gaps.join(F.broadcast(u), (F.col("cluster_id") == F.col("_uc")) & (F.col("gap_lo") < F.col("_end"))
