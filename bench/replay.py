@@ -29,8 +29,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (from /proc)."""
+def _rss_anon(pid: int) -> int:
+    """Anonymous resident bytes of ``pid`` (``RssAnon``: heap and other private memory, not the pages
+    of files it has mapped, which the kernel can drop and which RSS counts too)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _tree_rss(pid: int, anon: bool = False) -> int:
+    """Resident bytes of ``pid`` and all its descendants (from /proc); ``anon``: anonymous ones only."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for d in os.listdir("/proc"):
@@ -39,8 +49,11 @@ def _tree_rss(pid: int) -> int:
         try:
             with open(f"/proc/{d}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{d}/statm") as f:
-                rss[int(d)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            if anon:
+                rss[int(d)] = _rss_anon(int(d))
+            else:
+                with open(f"/proc/{d}/statm") as f:
+                    rss[int(d)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(d))
@@ -53,14 +66,20 @@ def _tree_rss(pid: int) -> int:
 
 
 class PeakRss:
+    """Peak resident memory of this process tree, sampled every 0.5 s: ``peak`` (all of RSS) and
+    ``peak_anon`` (anonymous memory only: RSS also counts the pages of files a process maps, e.g.
+    Spark's blocks read back from disk, which are page cache the kernel can reclaim)."""
+
     def __init__(self) -> None:
         self.peak = 0
+        self.peak_anon = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, _tree_rss(os.getpid()))
+            self.peak_anon = max(self.peak_anon, _tree_rss(os.getpid(), anon=True))
             self._stop.wait(0.5)
 
     def __enter__(self) -> "PeakRss":
@@ -115,7 +134,7 @@ def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
     for line in summary.lines():
         print(line)
     spark.stop()
-    return {"records": records, "spark_s": spark_s, "rss": rss.peak}
+    return {"records": records, "spark_s": spark_s, "rss": rss.peak, "rss_anon": rss.peak_anon}
 
 
 def child_result(cmd: list[str]) -> dict | None:
@@ -157,7 +176,8 @@ def main() -> int:
         if result is None:
             return 1
         records, spark_s = result["records"], result["spark_s"]
-        print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {result['rss'] / 2**30:.2f} GiB")
+        print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {result['rss'] / 2**30:.2f} GiB "
+              f"(anonymous memory alone: {result['rss_anon'] / 2**30:.2f} GiB)")
         if not args.no_oracle:
             sys.path.insert(0, str(ROOT / "tests" / "oracle"))
             from deltalake import DeltaTable
