@@ -29,40 +29,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _rss_anon(pid: int) -> int:
-    """Anonymous resident bytes of ``pid`` (``RssAnon``: heap and other private memory, not the pages
-    of files it has mapped, which the kernel can drop and which RSS counts too)."""
+def _rss(pid: int) -> tuple[int, int]:
+    """Resident and anonymous resident bytes of ``pid`` (``VmRSS`` / ``RssAnon``: anonymous is heap and
+    other private memory, not the pages of files it has mapped, which the kernel can drop and which
+    RSS counts too)."""
+    got = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
+            if line.startswith(("VmRSS:", "RssAnon:")):
+                got[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return got.get("VmRSS", 0), got.get("RssAnon", 0)
 
 
-def _tree_rss(pid: int, anon: bool = False) -> int:
-    """Resident bytes of ``pid`` and all its descendants (from /proc); ``anon``: anonymous ones only."""
+def _tree_rss(pid: int) -> tuple[int, int]:
+    """Resident and anonymous resident bytes of ``pid`` and all its descendants (from /proc)."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    rss: dict[int, tuple[int, int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if anon:
-                rss[int(d)] = _rss_anon(int(d))
-            else:
-                with open(f"/proc/{d}/statm") as f:
-                    rss[int(d)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            rss[int(d)] = _rss(int(d))
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [pid]
+    total, anon, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
+        r, a = rss.get(p, (0, 0))
+        total, anon = total + r, anon + a
         todo.extend(children.get(p, []))
-    return total
+    return total, anon
 
 
 class PeakRss:
@@ -78,8 +77,8 @@ class PeakRss:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss(os.getpid()))
-            self.peak_anon = max(self.peak_anon, _tree_rss(os.getpid(), anon=True))
+            rss, anon = _tree_rss(os.getpid())
+            self.peak, self.peak_anon = max(self.peak, rss), max(self.peak_anon, anon)
             self._stop.wait(0.5)
 
     def __enter__(self) -> "PeakRss":

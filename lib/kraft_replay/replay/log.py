@@ -123,10 +123,10 @@ def log_batches(positions: DataFrame) -> DataFrame:
 def mark_divergent(batches: DataFrame) -> DataFrame:
     """Facts §5.1 / Raft: ``divergent`` is true for a batch that a batch of a higher epoch overlaps
     (a later leader truncated it); ``_overlap``: the batch's offsets — its header's range widened to
-    the offsets present — overlap another batch's. Overlaps are found with two ordered scans (a batch
-    overlaps another iff its low end is at most the previous batches' greatest high end, or the next
-    batch's low end is at most its high end: one ordering, :func:`_neighbours`); only the few overlapping batches are joined pairwise,
-    on their headers' ranges."""
+    the offsets present — overlap another batch's. Overlaps are found in one ordering
+    (:func:`_neighbours`: a batch overlaps another iff its low end is at most the previous batches'
+    greatest high end, or the next batch's low end is at most its high end); only the few
+    overlapping batches are joined pairwise, on their headers' ranges."""
     lo = F.least("batch_base_offset", "_min_offset")
     hi = F.greatest("batch_last_offset", "_max_offset")
     order = ["_lo", "batch_leader_epoch", "_hi"]
@@ -340,14 +340,14 @@ def offset_gaps(positions: DataFrame, batches: DataFrame, starts: DataFrame, usa
         b = batches.where(~F.col("divergent")).join(start, "cluster_id").where(
             F.col("batch_last_offset") >= F.col("replay_start_offset"))
         present = b.select("cluster_id", "replay_start_offset",
-                           F.greatest("batch_base_offset", "replay_start_offset").alias("offset"),
+                           F.greatest("batch_base_offset", "replay_start_offset").alias("_lo"),
                            F.col("batch_last_offset").alias("_hi"))
     else:
         # copies of an offset need no distinct: the second's previous offset is its own (no gap)
-        present = (_divergent_join(positions, batches, _BATCH, "left_anti").select("cluster_id", "offset")
-                   .join(start, "cluster_id").where(F.col("offset") >= F.col("replay_start_offset"))
-                   .withColumn("_hi", F.col("offset")))
-    prev = _neighbours(present.withColumnRenamed("offset", "_lo"), ["_lo"])
+        present = (_divergent_join(positions, batches, _BATCH, "left_anti")
+                   .select("cluster_id", F.col("offset").alias("_lo"), F.col("offset").alias("_hi"))
+                   .join(start, "cluster_id").where(F.col("_lo") >= F.col("replay_start_offset")))
+    prev = _neighbours(present, ["_lo"])
     lo = F.when(F.col("_prev_hi").isNull(), F.col("replay_start_offset")).otherwise(F.col("_prev_hi") + 1)
     gaps = prev.select("cluster_id", lo.alias("gap_lo"), F.col("_lo").alias("gap_hi")).where(F.col("gap_lo") < F.col("gap_hi"))
     u = usable.select(F.col("cluster_id").alias("_uc"), F.col("snapshot_end_offset").alias("_end"),
