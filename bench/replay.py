@@ -41,8 +41,9 @@ def _rss(pid: int) -> tuple[int, int]:
     return got.get("VmRSS", 0), got.get("RssAnon", 0)
 
 
-def _tree_rss(pid: int) -> tuple[int, int]:
-    """Resident and anonymous resident bytes of ``pid`` and all its descendants (from /proc)."""
+def _tree_rss(pid: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """Resident and anonymous resident bytes of ``pid`` and all its descendants (from /proc), and each
+    process's own ``(pid, rss, anon)``."""
     children: dict[int, list[int]] = {}
     rss: dict[int, tuple[int, int]] = {}
     for d in os.listdir("/proc"):
@@ -55,13 +56,31 @@ def _tree_rss(pid: int) -> tuple[int, int]:
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(d))
-    total, anon, todo = 0, 0, [pid]
+    total, anon, todo, each = 0, 0, [pid], []
     while todo:
         p = todo.pop()
         r, a = rss.get(p, (0, 0))
         total, anon = total + r, anon + a
+        each.append((p, r, a))
         todo.extend(children.get(p, []))
-    return total, anon
+    return total, anon, each
+
+
+def _role(pid: int) -> str:
+    """What a process of the tree is, for the peak's breakdown: the JVM, a Python worker, this driver."""
+    if pid == os.getpid():
+        return "python driver"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().split(b"\0")
+    except OSError:
+        return "gone"
+    name = os.path.basename(cmd[0].decode(errors="replace")) if cmd and cmd[0] else "?"
+    if name == "java":
+        return "driver JVM"
+    if b"pyspark.daemon" in b" ".join(cmd) or b"pyspark.worker" in b" ".join(cmd):
+        return "python worker"
+    return name
 
 
 class PeakRss:
@@ -72,12 +91,15 @@ class PeakRss:
     def __init__(self) -> None:
         self.peak = 0
         self.peak_anon = 0
+        self.at_peak: list[tuple[str, int, int]] = []  # (role, rss, anon) of each process at the peak
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            rss, anon = _tree_rss(os.getpid())
+            rss, anon, each = _tree_rss(os.getpid())
+            if rss > self.peak:
+                self.at_peak = [(_role(p), r, a) for p, r, a in each if r]
             self.peak, self.peak_anon = max(self.peak, rss), max(self.peak_anon, anon)
             self._stop.wait(0.5)
 
@@ -133,7 +155,8 @@ def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
     for line in summary.lines():
         print(line)
     spark.stop()
-    return {"records": records, "spark_s": spark_s, "rss": rss.peak, "rss_anon": rss.peak_anon}
+    return {"records": records, "spark_s": spark_s, "rss": rss.peak, "rss_anon": rss.peak_anon,
+            "at_peak": rss.at_peak}
 
 
 def child_result(cmd: list[str]) -> dict | None:
@@ -177,6 +200,8 @@ def main() -> int:
         records, spark_s = result["records"], result["spark_s"]
         print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {result['rss'] / 2**30:.2f} GiB "
               f"(anonymous memory alone: {result['rss_anon'] / 2**30:.2f} GiB)")
+        print("  at the peak: " + ", ".join(f"{role} {r / 2**30:.2f} GiB ({a / 2**30:.2f} anonymous)"
+                                           for role, r, a in sorted(result["at_peak"], key=lambda x: -x[1])))
         if not args.no_oracle:
             sys.path.insert(0, str(ROOT / "tests" / "oracle"))
             from deltalake import DeltaTable

@@ -30,7 +30,7 @@ from kraft_replay.lake import files as _files
 from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError
 from kraft_replay.lake.schema import same_type
 
-__all__ = ["StagedWrite", "write_staged_arrow"]
+__all__ = ["StagedWrite", "write_staged_arrow", "read_staged"]
 
 # Rows per Parquet row group written by workers: large enough for good compression and few footer
 # entries, small enough to keep a worker's buffer per open file modest.
@@ -342,6 +342,24 @@ def check_file_schemas(info: StagedWrite, location: _files.Location, files: list
         if extra:
             raise SchemaMismatchError(f"table {info.table!r}: staged file {rel} has column {extra[0]!r} that is not "
                                       "a data column of the table; drop it (the write was not committed)")
+
+
+def read_staged(spark, info: StagedWrite):  # noqa: ANN001, ANN201 - a SparkSession, a DataFrame
+    """The rows written so far into ``info``'s staging directory as a DataFrame with the table's
+    columns (partition columns from the directory names), before or after :meth:`Lake.commit_staged`
+    on the embedded backend (it adopts the files where they are; delta-spark copies them and deletes
+    the directory). The files are listed now: rows written later are not in the frame."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = from_arrow_schema(info.arrow_schema)
+    fs = info.filesystem()
+    found = fs.get_file_info(pafs.FileSelector(info.path, recursive=True, allow_not_found=True))
+    paths = sorted(f.path for f in found if f.type == pafs.FileType.File and _files._is_data_file(f.base_name))
+    if not paths:
+        return spark.createDataFrame([], schema)
+    base = info.fs_uri if "://" in info.fs_uri else info.path
+    rel = [base + p[len(info.path):] for p in paths]
+    return spark.read.schema(schema).option("basePath", base).parquet(*rel).select(*schema.fieldNames())
 
 
 def check_staged(info: object) -> StagedWrite:

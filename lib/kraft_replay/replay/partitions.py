@@ -21,8 +21,14 @@ batches").
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+
+from kraft_replay.lake.staged import StagedWrite, read_staged, write_staged_arrow
 
 from kraft_replay.replay.partition_state import (
     ANOMALY, CLOSED, LISTS, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
@@ -147,8 +153,42 @@ def _rows(df: DataFrame) -> int:
     return int(df._jdf.queryExecution().toRdd().count())
 
 
+def _contract(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Version rows of :data:`STATE_OUTPUT` as rows of the ``partitions`` table (its columns and types)."""
+    spec = SILVER_TABLES["partitions"]
+    src = {"valid_from_time": "_from_us", "valid_to_time": "_to_us"}
+    return pa.RecordBatch.from_arrays([batch.column(src.get(f.name, f.name)).cast(f.type) for f in spec.schema],
+                                      schema=spec.schema)
+
+
+def _writing_versions(sink: StagedWrite) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """:func:`partition_state` whose versions of the main stream go into ``sink``'s files (written by
+    this worker with pyarrow, named after the task's partition: a retried task rewrites its own
+    files) instead of back to the JVM; the other rows (anomalies, tombstones, versions of other
+    streams) come out as usual."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        rest: list[pa.RecordBatch] = []
+
+        def versions() -> Iterator[pa.RecordBatch]:
+            for b in partition_state(batches):
+                main = pc.and_(pc.equal(b.column("_row"), VERSION), pc.equal(b.column("_sid"), MAIN))
+                other = b.filter(pc.invert(main))
+                if other.num_rows:
+                    rest.append(other)
+                if other.num_rows < b.num_rows:
+                    yield _contract(b.filter(main))
+
+        ctx = TaskContext.get()
+        write_staged_arrow(sink, versions(), part_id=f"{ctx.partitionId() if ctx else 0:05d}")
+        yield from rest
+    return run
+
+
 def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFrame,
-               fresh: DataFrame | None = None, loads: DataFrame | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
+               fresh: DataFrame | None = None, loads: DataFrame | None = None,
+               sink: StagedWrite | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """Facts §5.2 / §5.6: ``(versions, anomalies, dropped)`` of the ``partitions`` table.
     ``topic_annotated``: the annotated topic events (:func:`kraft_replay.replay.topics.topics`);
     ``topic_drops``: the applied RemoveTopicRecords and re-creating TopicRecords (their partitions
@@ -170,13 +210,19 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     inp = ev.select(*[F.unix_micros("_vtime").alias(c) if c == "_vtime" else F.col(c).cast(t).alias(c)
                       for c, t in _INPUT])
     tasks = max(int(recs.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-_rows(recs) // TASK_ROWS))
-    out = lineage_cut(inp.repartition(tasks, *STREAM, *KEY).mapInArrow(partition_state, STATE_OUTPUT))
+    state = inp.repartition(tasks, *STREAM, *KEY).mapInArrow(
+        partition_state if sink is None else _writing_versions(sink), STATE_OUTPUT)
+    # with a sink: computed now, so that its files are there to be read
+    out = lineage_cut(state) if sink is None else state.localCheckpoint(eager=True).toDF(*state.columns)
 
     row = F.col("_row")
     spec = SILVER_TABLES["partitions"]
     cols = {"valid_from_time": F.timestamp_micros("_from_us"), "valid_to_time": F.timestamp_micros("_to_us")}
     versions = out.where(row == VERSION).select(
         "_sid", *[cols.get(f.name, F.col(f.name)).cast(spark_type(f.type)).alias(f.name) for f in spec.schema])
+    if sink is not None:
+        written = read_staged(recs.sparkSession, sink)
+        versions = versions.unionByName(written.select(F.lit(MAIN).cast("long").alias("_sid"), *[f.name for f in spec.schema]))
     few = lineage_cut(out.where(row != VERSION))  # the anomalies and closing tombstones: one scan for both
     anomalies = anomaly(few.where(row == ANOMALY), F.col("_code"), _entity(), F.col("_msg"), offset=F.col("_ord"))
     dropped = (few.where(row == CLOSED).groupBy(*STREAM, "topic_id", "record_offset")

@@ -281,25 +281,39 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
                   say: Callable[[str], None], t0: float, image_at: list[int], plans: list) -> ReplaySummary:
     from kraft_replay.replay import incremental as inc
 
-    res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt)
-    say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
-        f"computed once, when the first table needs it)")
-    summary = ReplaySummary(run_id, clusters)
-    where = cluster_where(clusters)
-    quarantine = res.quarantine.localCheckpoint(eager=True)
-    summary.quarantined = quarantine.count()
-    write_q = lake.exists(QUARANTINE) and (
-        summary.quarantined > 0
-        or not lake.read(QUARANTINE, where=where).where(F.col("reason_code") == "DIVERGENT_UNCOMMITTED").isEmpty())
-    progress = lake.exists(PROGRESS)
-    tables = ([*SILVER_TABLES, IMAGE_SNAPSHOTS, inc.REPLAY_PROGRESS] + ([BROKER_APPLIED] if progress else [])
-              + ([QUARANTINE] if write_q else []))
-    lake.start_run(run_id, tables)
+    sink = None
+    if lake.backend == "deltars":  # it adopts staged files where they are: the workers write the partitions
+        spec = SILVER_TABLES["partitions"]
+        lake.create_table("partitions", spark_schema("partitions"), partition_by=list(spec.partition_by))
+        sink = lake.new_staging("partitions")
+    try:  # until the run starts (it aborts the sink itself)
+        res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt, partitions_sink=sink)
+        # one row per cluster, read three times (its table, the progress, the summary): computed once
+        res.tables["log_commit"] = res["log_commit"].localCheckpoint(eager=True)
+        say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
+            f"computed once, when the first table needs it)")
+        summary = ReplaySummary(run_id, clusters)
+        where = cluster_where(clusters)
+        quarantine = res.quarantine.localCheckpoint(eager=True)
+        summary.quarantined = quarantine.count()
+        write_q = lake.exists(QUARANTINE) and (
+            summary.quarantined > 0
+            or not lake.read(QUARANTINE, where=where).where(F.col("reason_code") == "DIVERGENT_UNCOMMITTED").isEmpty())
+        progress = lake.exists(PROGRESS)
+        tables = ([*SILVER_TABLES, IMAGE_SNAPSHOTS, inc.REPLAY_PROGRESS] + ([BROKER_APPLIED] if progress else [])
+                  + ([QUARANTINE] if write_q else []))
+        lake.start_run(run_id, tables)
+    except BaseException:
+        if sink is not None:
+            lake.abort_staged(sink)
+        raise
     try:
         for name, spec in SILVER_TABLES.items():
             lake.create_table(name, spark_schema(name), partition_by=list(spec.partition_by))
-            df = res[name]
-            r = lake.overwrite(name, df, replace_where=where)
+            if name == "partitions" and sink is not None:  # written by the workers already
+                r, sink = lake.commit_staged(sink, replace_where=where), None
+            else:
+                r = lake.overwrite(name, res[name], replace_where=where)
             summary.rows[name] = r.rows
             say(f"  {name}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
         requested = (spark.createDataFrame([(c, o) for c in clusters for o in sorted(set(image_at))],
@@ -328,6 +342,8 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
         summary.published = lake.publish(tables, run_id)
     except BaseException:
         lake.end_run()
+        if sink is not None:
+            lake.abort_staged(sink)
         raise
     an = res["replay_anomalies"].groupBy("reason_code").count().collect()
     summary.anomalies_by_code = {r["reason_code"]: r["count"] for r in an}
