@@ -78,7 +78,8 @@ def _role(pid: int) -> str:
     name = os.path.basename(cmd[0].decode(errors="replace")) if cmd and cmd[0] else "?"
     if name == "java":
         return "driver JVM"
-    if b"pyspark.daemon" in b" ".join(cmd) or b"pyspark.worker" in b" ".join(cmd):
+    line = b" ".join(cmd)
+    if b"pyspark.daemon" in line or b"pyspark.worker" in line:
         return "python worker"
     return name
 

@@ -29,7 +29,6 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from kraft_replay.lake.staged import StagedWrite, read_staged, write_staged_arrow
-
 from kraft_replay.replay.partition_state import (
     ANOMALY, CLOSED, LISTS, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
 )
@@ -45,6 +44,8 @@ KEY = ["topic_id", "partition_id"]
 #: about this many events per task (a task's events are in Python memory at once: ~1 KiB each at the peak)
 TASK_ROWS = 500_000
 _INPUT = ddl_fields(STATE_INPUT)
+#: the table's time columns and the µs columns of :data:`STATE_OUTPUT` they come from
+_TIMES = {"valid_from_time": "_from_us", "valid_to_time": "_to_us"}
 _RAW = ["r_" + x for x in (*LISTS, "leader", "lrs", "le", "pe", "dirs", "topic_name")]
 
 
@@ -156,8 +157,7 @@ def _rows(df: DataFrame) -> int:
 def _contract(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Version rows of :data:`STATE_OUTPUT` as rows of the ``partitions`` table (its columns and types)."""
     spec = SILVER_TABLES["partitions"]
-    src = {"valid_from_time": "_from_us", "valid_to_time": "_to_us"}
-    return pa.RecordBatch.from_arrays([batch.column(src.get(f.name, f.name)).cast(f.type) for f in spec.schema],
+    return pa.RecordBatch.from_arrays([batch.column(_TIMES.get(f.name, f.name)).cast(f.type) for f in spec.schema],
                                       schema=spec.schema)
 
 
@@ -213,11 +213,11 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     state = inp.repartition(tasks, *STREAM, *KEY).mapInArrow(
         partition_state if sink is None else _writing_versions(sink), STATE_OUTPUT)
     # with a sink: computed now, so that its files are there to be read
-    out = lineage_cut(state) if sink is None else state.localCheckpoint(eager=True).toDF(*state.columns)
+    out = lineage_cut(state, eager=sink is not None)
 
     row = F.col("_row")
     spec = SILVER_TABLES["partitions"]
-    cols = {"valid_from_time": F.timestamp_micros("_from_us"), "valid_to_time": F.timestamp_micros("_to_us")}
+    cols = {name: F.timestamp_micros(us) for name, us in _TIMES.items()}
     versions = out.where(row == VERSION).select(
         "_sid", *[cols.get(f.name, F.col(f.name)).cast(spark_type(f.type)).alias(f.name) for f in spec.schema])
     if sink is not None:

@@ -300,13 +300,13 @@ def sized_run(spark, rows: int):  # noqa: ANN001, ANN201 - a SparkSession; a con
     return session_conf(spark, small_run_conf(rows))
 
 
-def lineage_cut(df):  # noqa: ANN001, ANN201 - a DataFrame
-    """``df`` computed once, when first read, with its lineage cut (a lazy local checkpoint), and
+def lineage_cut(df, eager: bool = False):  # noqa: ANN001, ANN201 - a DataFrame
+    """``df`` computed once, when first read (``eager``: now), with its lineage cut (a local checkpoint), and
     its columns under fresh ids (``toDF``: one alias per column) so that a join of it with a frame it
     was derived from resolves: without adaptive execution (:data:`SMALL_RUN_CONF`) Spark 4.2's
     analyzer fails on such a join over the checkpoint's own column ids ("Failure when resolving
     conflicting references in Join")."""
-    return df.localCheckpoint(eager=False).toDF(*df.columns)
+    return df.localCheckpoint(eager=eager).toDF(*df.columns)
 
 
 def tasks_for(df, task_bytes: int) -> int:  # noqa: ANN001 - a DataFrame
