@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -40,8 +41,9 @@ def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path, monkeypatc
     lake = replayed_tiny
     key = "spark.sql.codegen.factoryMode"
     modes: list[str | None] = []
-    fencing = run.fencing_outcomes
-    monkeypatch.setattr(run, "fencing_outcomes", lambda *a, **k: (modes.append(spark.conf.get(key, None)), fencing(*a, **k))[1])
+    for name in ("fencing_outcomes", "write_fencing_outcomes"):  # the Spark write, or the workers' (embedded)
+        monkeypatch.setattr(run, name, lambda *a, _f=getattr(run, name), **k: (modes.append(spark.conf.get(key, None)),
+                                                                              _f(*a, **k))[1])
     session_mode = spark.conf.get(key, None)
     policy = tmp_path / "p.yaml"
     policy.write_text("max_attempts: 2\nretry_backoff_ms: 250\nretry_target: same\n")
@@ -95,3 +97,45 @@ def test_a_lake_without_replay_names_the_command_to_run(spark, tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "table log_batches is missing: run `kraft-replay replay --lake" in err[0]
 
+
+
+def test_fencing_written_by_the_workers_equals_the_frame(spark, replayed_tiny, monkeypatch) -> None:
+    """On the embedded backend the workers write ``fencing_outcomes`` themselves (a staged write the
+    job commits) and hand back their shares of the summary: the tables hold exactly the rows of
+    ``fencing_outcomes`` / ``fencing_summary`` computed as frames; the staged files are the table's
+    files. A run failing at the commit leaves no staging directory and the published tables as they were."""
+    from chispa import assert_df_equality
+    from deltalake import DeltaTable
+
+    from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
+    from kraft_replay.outcomes.run import run_outcomes
+
+    lake = replayed_tiny
+    assert lake.backend == "deltars"
+    table_dir = Path(lake.root) / "fencing_outcomes"
+    earlier = {p.name for p in table_dir.glob("kr_write=*")}  # other tests' runs (replaced, not vacuumed)
+    s = run_outcomes(spark, lake, only="fencing")
+    want = fencing_outcomes(*(lake.read(t) for t in ("produce_requests", "broker_applied", "brokers", "log_batches",
+                                                      "partitions")))
+    got = lake.read("fencing_outcomes")
+    assert got.columns == want.columns and s.rows["fencing_outcomes"] == want.count() > 0
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(lake.read("fencing_summary"), fencing_summary(want), ignore_row_order=True, ignore_nullable=True)
+    assert sum(s.counts["fencing_outcomes"].values()) == 2 * want.count()
+    staged = {p.name for p in table_dir.glob("kr_write=*")}
+    adopted = {u.split("/fencing_outcomes/", 1)[1].split("/")[0] for u in DeltaTable(str(table_dir)).file_uris()}
+    assert staged - earlier and staged - earlier == adopted, (staged, earlier, adopted)
+
+    before = lake.published_versions()
+    commit = lake.commit_staged
+
+    def failing(sink, **kw):  # noqa: ANN001, ANN003, ANN202
+        assert list(Path(sink.path).rglob("*.parquet"))  # the workers wrote their files
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(lake, "commit_staged", failing)
+    with pytest.raises(RuntimeError, match="disk full"):
+        run_outcomes(spark, lake, only="fencing")
+    monkeypatch.setattr(lake, "commit_staged", commit)
+    assert {p.name for p in table_dir.glob("kr_write=*")} == staged  # the failed run's staging directory is gone
+    assert lake.published_versions() == before

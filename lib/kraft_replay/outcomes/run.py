@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 from kraft_replay.outcomes.consistency import (
     STALE_DOMAINS, RetryPolicy, consistency_outcomes, consistency_summary,
@@ -30,7 +32,9 @@ from kraft_replay.outcomes.discovery import feature_discovery, feature_discovery
 from kraft_replay.outcomes.features import (
     LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
 )
-from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
+from kraft_replay.outcomes.fencing import (
+    FENCING_OUTCOMES_SCHEMA, fencing_outcomes, fencing_summary, write_fencing_outcomes,
+)
 from kraft_replay.outcomes.steps import released_broadcasts
 from kraft_replay.spark import SMALL_RUN_ROWS, session_conf, sized_run
 
@@ -53,6 +57,16 @@ _NEEDS_METRICS = ("consistency", "fencing", "discovery")
 #: cluster in each task (up to 8, then Spark sorts the rest) instead of sorting every row by its
 #: cluster first (the 30M rows of consistency_outcomes at 10M requests: ~57 -> ~47 s)
 _WRITE_CONF = {"spark.sql.optimizer.plannedWrite.enabled": "false", "spark.sql.maxConcurrentOutputFileWriters": "8"}
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A table the workers write themselves (the embedded backend): ``write(sink)`` computes it into a
+    staged write of the table (``schema``) and returns a frame of what came back (e.g. its summary);
+    the job commits the staged files in its run, or drops them when anything fails."""
+
+    schema: StructType
+    write: Callable[[object], DataFrame]
 
 
 class OutcomesError(Exception):
@@ -160,7 +174,8 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
             break
     with sized_run(spark, rows), released_broadcasts():  # lookups broadcast for the frames below, kept to their writes
         # a table, or a function of the tables written before it (``written(name)``: this run's rows)
-        frames: dict[str, DataFrame | Callable[[Callable[[str], DataFrame]], DataFrame]] = {}
+        frames: dict[str, DataFrame | _Staged | Callable[[Callable[[str], DataFrame]], DataFrame]] = {}
+        products: dict[str, DataFrame] = {}  # what a staged table's write returned (its summary)
         after: dict[str, Callable[[DataFrame], dict[str, int]]] = {}  # counts read off a written table
         if "consistency" in chosen:
             say("  consistency tokens (seed 000) ...")
@@ -174,14 +189,16 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
             after["consistency_outcomes"] = lambda t: _by(t.where(F.col("final")), "policy", "outcome")
         if "fencing" in chosen:
             say("  produce leader-epoch fencing (seed 003) ...")
-            # computed once, by its write; the summary and the counts read the written columns
-            frames["fencing_outcomes"] = fencing_outcomes(read("produce_requests"), read("broker_applied"), read("brokers"),
-                                                          read("log_batches"), read("partitions"))
-            frames["fencing_summary"] = lambda written: fencing_summary(written("fencing_outcomes"))
-            coded = lambda c: F.coalesce(c, F.col("outcome_code")).alias("o")  # noqa: E731
-            after["fencing_outcomes"] = lambda t: {
-                **_by(t.select(coded(F.col("outcome_without_check"))), "o", prefix="without check: "),
-                **_by(t.select(coded(F.col("outcome_with_check"))), "o", prefix="with check: ")}
+            f_in = (read("produce_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
+                    read("partitions"))
+            if lake.backend == "deltars":  # the workers write the rows; their shares of the summary come back
+                frames["fencing_outcomes"] = _Staged(from_arrow_schema(FENCING_OUTCOMES_SCHEMA),
+                                                     lambda sink: write_fencing_outcomes(sink, *f_in))
+                frames["fencing_summary"] = lambda written: products["fencing_outcomes"]
+            else:  # computed once, by its write; the summary reads the written columns
+                frames["fencing_outcomes"] = fencing_outcomes(*f_in)
+                frames["fencing_summary"] = lambda written: fencing_summary(written("fencing_outcomes"))
+            after["fencing_outcomes"] = _fencing_counts
         if "features" in chosen:
             say("  feature levels (seeds 004, 001) ...")
             feats, brokers, ctrls = read("features"), read("brokers"), read("controllers")
@@ -221,11 +238,21 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
             versions: dict[str, int] = {}
             written = lambda t: lake.read(t, version=versions[t], where=where)  # noqa: E731 - this run's rows
             for name, df in frames.items():
-                if callable(df):  # computed from tables written before it
-                    df = df(written)
-                lake.create_table(name, df.schema, partition_by=["cluster_id"])
-                with session_conf(spark, _WRITE_CONF):
-                    r = lake.overwrite(name, df, replace_where=where)
+                if isinstance(df, _Staged):  # written by the workers into a staging directory, committed here
+                    lake.create_table(name, df.schema, partition_by=["cluster_id"])
+                    sink = lake.new_staging(name)
+                    try:
+                        products[name] = df.write(sink)
+                        r = lake.commit_staged(sink, replace_where=where)
+                    except BaseException:
+                        lake.abort_staged(sink)
+                        raise
+                else:
+                    if callable(df):  # computed from tables written before it
+                        df = df(written)
+                    lake.create_table(name, df.schema, partition_by=["cluster_id"])
+                    with session_conf(spark, _WRITE_CONF):
+                        r = lake.overwrite(name, df, replace_where=where)
                 versions[name] = r.version
                 summary.rows[name] = r.rows
                 say(f"  {name}: {r.rows:,} rows (v{r.version})")
@@ -237,6 +264,17 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
             raise
         summary.seconds = time.monotonic() - t0
         return summary
+
+
+def _fencing_counts(t: DataFrame) -> dict[str, int]:
+    """The written ``fencing_outcomes``' outcomes without and with the check (``outcome_code`` where
+    they are null), counted in one scan."""
+    coded = lambda c: F.coalesce(F.col(c), F.col("outcome_code"))  # noqa: E731
+    out: dict[str, int] = {}
+    for r in t.groupBy(coded("outcome_without_check").alias("a"), coded("outcome_with_check").alias("b")).count().collect():
+        for key in (f"without check: {r['a']}", f"with check: {r['b']}"):
+            out[key] = out.get(key, 0) + int(r["count"])
+    return out
 
 
 def _by(df: DataFrame, *cols: str, prefix: str = "") -> dict[str, int]:
