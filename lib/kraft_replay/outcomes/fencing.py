@@ -55,7 +55,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.lake.staged import StagedWrite, write_staged_arrow
-from kraft_replay.outcomes.partition_views import REQUEST_PASS, VIEW_INPUT, partition_views
+from kraft_replay.outcomes.partition_views import REQUEST_PASS, VIEW_INPUT, _ints, partition_views
 from kraft_replay.outcomes.steps import broadcast_steps
 from kraft_replay.spark import tasks_for
 from kraft_replay.spark.arrow import ddl_fields
@@ -116,10 +116,8 @@ _ELECTIONS = [None, "CLEAN", "UNCLEAN"]
 
 
 def _np(col: pa.ChunkedArray | pa.Array, fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """An integer column as int64 values (nulls as ``fill``) and its validity."""
-    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return (col.fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64),
-            col.is_valid().to_numpy(zero_copy_only=False))
+    """An integer column as int64 values (nulls as ``fill``: partition_views' ``_ints``) and its validity."""
+    return _ints(col, fill), col.is_valid().to_numpy(zero_copy_only=False)
 
 
 def _flag(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
