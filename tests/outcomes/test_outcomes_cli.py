@@ -59,12 +59,11 @@ def test_policy_file_and_only(spark, replayed_tiny, capsys, tmp_path, monkeypatc
     assert got.where("attempt = 0").count() == 3 * lake.read("metadata_requests").count()
     before = lake.published_versions()
     # --only fencing: the fencing tables get a new version, the consistency ones keep theirs; the
-    # lookups' broadcast is destroyed once the tables are written
-    import kraft_replay.outcomes.fencing as fencing_module
-
+    # lookups' broadcast (built by the job from Arrow reads of its inputs) is destroyed once the tables
+    # are written
     made = []
-    make = fencing_module.broadcast_steps
-    monkeypatch.setattr(fencing_module, "broadcast_steps", lambda *a: (made.append(make(*a)), made[-1])[1])
+    make = run.broadcast_read_steps
+    monkeypatch.setattr(run, "broadcast_read_steps", lambda *a: (made.append(make(*a)), made[-1])[1])
     capsys.readouterr()
     assert main(["--profile", "test", "outcomes", "--lake", lake.root, "--only", "fencing", "--json"]) == 0
     assert len(made) == 1 and not made[0]._jbroadcast.isValid()

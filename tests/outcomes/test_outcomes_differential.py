@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 
 from kraft_replay.outcomes.consistency import STALE_DOMAINS, RetryPolicy, consistency_outcomes, consistency_summary
-from kraft_replay.outcomes.fencing import fencing_outcomes, fencing_summary
+from kraft_replay.outcomes.fencing import broadcast_versions, fencing_outcomes, fencing_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 import consistency_oracle  # noqa: E402
@@ -32,9 +32,18 @@ def tables(replayed_tiny):
     return {n: replayed_tiny.read(n) for n in dict.fromkeys(names)}
 
 
-def test_fencing_equals_the_oracle(spark, tables) -> None:
-    got = fencing_outcomes(tables["produce_requests"], tables["broker_applied"], tables["brokers"],
-                           tables["log_batches"], tables["partitions"]).localCheckpoint()
+@pytest.mark.parametrize("indexed", [False, True], ids=["shuffled", "broadcast-versions"])
+def test_fencing_equals_the_oracle(spark, tables, replayed_tiny, indexed) -> None:
+    """Both ways of looking the versions up: shuffled with the requests, and indexed once on the driver
+    (read as Arrow from the lake) and broadcast, the requests read as they are."""
+    versions = broadcast_versions(spark, lambda t, cols: replayed_tiny.read_arrow(t, cols)) if indexed else None
+    frame = fencing_outcomes(tables["produce_requests"], tables["broker_applied"], tables["brokers"],
+                             tables["log_batches"], tables["partitions"], versions=versions)
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert ("hashpartitioning" in plan) != indexed, plan  # the broadcast path shuffles no versions
+    got = frame.localCheckpoint(eager=True)
+    if versions is not None:
+        versions.destroy()
     rows = {n: _dicts(tables[n]) for n in ("produce_requests", "broker_applied", "brokers", "log_batches", "partitions")}
     exp = fencing_oracle.fencing_outcomes(rows["produce_requests"], rows["broker_applied"], rows["brokers"],
                                           rows["log_batches"], rows["partitions"])

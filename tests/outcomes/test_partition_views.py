@@ -6,8 +6,11 @@ and against the sequential reference."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
 
-from kraft_replay.outcomes.partition_views import VIEW_INPUT, partition_views
+from kraft_replay.outcomes.partition_views import (
+    REQUEST_PASS, VERSION_COLUMNS, VIEW_INPUT, indexed_views, partition_views, version_index)
 from kraft_replay.outcomes.steps import cluster_steps
 from kraft_replay.spark.arrow import arrow_schema
 
@@ -38,10 +41,18 @@ def _request(rid: int, p: int | None, t: int, topic: str | None = "T", target: i
             "target_broker": target}
 
 
-def _run(rows: list[dict], steps: dict) -> dict[int, dict]:
+def _run(rows: list[dict], steps: dict, indexed: bool = False) -> dict[int, dict]:
+    """The views of the request rows: as one task's mixed input (requests and versions hashed together),
+    or ``indexed``: the requests alone against the versions' index (the broadcast path)."""
     full = [{f.name: r.get(f.name) for f in SCHEMA} for r in rows]
     t = pa.Table.from_pylist(full, schema=SCHEMA)
-    out = pa.Table.from_batches(list(partition_views(iter(t.to_batches(max_chunksize=3)), steps)))
+    if indexed:
+        ver = t.filter(pc.equal(t.column("_kind"), 0)).select(["cluster_id", "topic_id", "partition_id", *VERSION_COLUMNS])
+        req = t.filter(pc.equal(t.column("_kind"), 1)).select(["cluster_id", "topic_id", "partition_id", *REQUEST_PASS])
+        views = indexed_views(iter(req.to_batches(max_chunksize=2)), steps, version_index(ver))
+    else:
+        views = partition_views(iter(t.to_batches(max_chunksize=3)), steps)
+    out = pa.Table.from_batches(list(views))
     return {r["request_id"]: r for r in out.to_pylist()}
 
 
@@ -74,20 +85,32 @@ def _check(got: dict[int, dict], base: int) -> None:
     assert got[1]["_known"] and got[1]["_inside"]
 
 
-def test_view_and_truth_of_each_request() -> None:
-    got = _run(_cases(0), _steps(0))
+@pytest.mark.parametrize("indexed", [False, True], ids=["shuffled", "indexed"])
+def test_view_and_truth_of_each_request(indexed: bool) -> None:
+    got = _run(_cases(0), _steps(0), indexed)
     assert sorted(got) == [1, 2, 3, 4, 5]
     _check(got, 0)
 
 
-def test_offsets_too_wide_to_pack_are_ranked() -> None:
+@pytest.mark.parametrize("indexed", [False, True], ids=["shuffled", "indexed"])
+def test_offsets_too_wide_to_pack_are_ranked(indexed: bool) -> None:
     base = (1 << 62) - 1000  # (key, offset) pairs no longer fit one int64 multiplied out
-    _check(_run(_cases(base), _steps(base)), base)
+    # partition 5's versions at offsets 0 and 1: the versions' own offsets span ~2^62 (ranked in the index)
+    rows = _cases(base) + [_version(5, 0, 1, 0, 7), _version(5, 1, None, 1, 8), _request(6, 5, S)]
+    got = _run(rows, _steps(base), indexed)
+    _check(got, base)
+    assert (got[6]["view_leader"], got[6]["_true_leader"], got[6]["true_exists_since"]) == (8, 8, 1)
 
 
-def test_partition_ids_over_the_whole_int_range() -> None:
+@pytest.mark.parametrize("indexed", [False, True], ids=["shuffled", "indexed"])
+def test_partition_ids_over_the_whole_int_range(indexed: bool) -> None:
     rows = [_version(-(1 << 31), 0, None, 0, 1), _version((1 << 31) - 1, 0, None, 0, 2),
             _version(0, 0, None, 0, 3, topic="U"),
             _request(1, -(1 << 31), S), _request(2, (1 << 31) - 1, S), _request(3, 0, S, topic="U"), _request(4, 0, S)]
-    got = _run(rows, _steps(0))
+    got = _run(rows, _steps(0), indexed)
     assert [got[i]["_true_leader"] for i in (1, 2, 3, 4)] == [1, 2, 3, None]
+
+
+def test_an_index_without_versions_finds_nothing() -> None:
+    got = _run([_request(1, 0, S), _request(2, None, S)], _steps(0), indexed=True)
+    assert [(r["view_exists"], r["true_exists"], r["_true_leader"]) for r in got.values()] == [(False, False, None)] * 2

@@ -23,6 +23,8 @@ from kraft_replay.lake.schema import same_schema
 from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_LOCK, Rollback, dead_commits, delete_files
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from kraft_replay.lake.deltars import FileStats
     from kraft_replay.lake.staged import StagedWrite
 
@@ -397,6 +399,18 @@ class Lake:
         if version is None and timestamp is None and not latest:
             version = self.published_versions().get(name)
         return self._impl.read(name, version=version, timestamp=timestamp, where=where)
+
+    def read_arrow(self, name: str, columns: list[str], version: int | None = None,
+                   partitions: list[tuple[str, str, Any]] | None = None) -> "pa.Table":
+        """``columns`` of ``name`` as an Arrow table on the driver, at the version :meth:`read` reads
+        (the published one, else the latest; or ``version``), restricted by ``partitions`` (tuple
+        filters on partition columns, operators ``=`` and ``in``). For a table small enough for the
+        driver: the embedded backend reads its files with delta-rs (no Spark job); delta-spark collects
+        a Spark read."""
+        name = _valid_name(name)
+        if version is None:
+            version = self.published_versions().get(name)
+        return self._impl.read_arrow(name, columns, version=version, partitions=partitions)
 
     def register_views(self, latest: bool = False) -> list[str]:
         """Register every table as readers see it (published version, else latest) as a Spark temp

@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from kraft_replay.lake import files as _files
@@ -111,6 +112,16 @@ class DeltaSparkBackend:
             reader = reader.option("timestampAsOf", str(timestamp))
         df = reader.load(self._path(name))
         return df.where(where) if where is not None else df
+
+    def read_arrow(self, name: str, columns: list[str], version: int | None = None,
+                   partitions: list[tuple[str, str, Any]] | None = None) -> Any:
+        """``columns`` of ``name`` at a version as Arrow: a Spark read collected to the driver."""
+        df = self.read(name, version=version)
+        for col, op, value in partitions or []:
+            if op not in ("=", "in"):
+                raise InvalidArgumentError(f"read_arrow {name}: operator {op!r} is not '=' or 'in'")
+            df = df.where(F.col(col) == value if op == "=" else F.col(col).isin(list(value)))
+        return df.select(*columns).toArrow()
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
         table = self._table(name)

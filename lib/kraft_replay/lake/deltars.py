@@ -587,6 +587,16 @@ class DeltaRsBackend:
         df = self.read_files(snap, files)
         return df.where(where) if where is not None else df
 
+    def read_arrow(self, name: str, columns: list[str], version: int | None = None,
+                   partitions: list[tuple[str, str, Any]] | None = None) -> pa.Table:
+        """``columns`` of ``name`` at a snapshot as Arrow, read on the driver by delta-rs (files pruned
+        by the partition filters ``partitions``); the same rows :meth:`read` gives Spark."""
+        snap = self.snapshot(name, version)
+        bad = [p for p in partitions or [] if p[0] not in snap.partition_by or p[1] not in ("=", "in")]
+        if bad:
+            raise InvalidArgumentError(f"read_arrow {name}: {bad[0]!r} is not an '=' / 'in' filter on a partition column")
+        return snap.table.to_pyarrow_table(filters=partitions or None, columns=columns)
+
     # ---- rewrite: part of a partition replaced, chosen by file statistics --------------------
 
     def file_stats(self, snap: Snapshot, columns: list[str]) -> dict[str, FileStats]:

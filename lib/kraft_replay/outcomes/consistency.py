@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -125,11 +126,13 @@ def token_scope() -> Column:
 
 
 def _played(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, log_batches: DataFrame,
-            policy: RetryPolicy) -> DataFrame:
+            policy: RetryPolicy, steps: Broadcast | None = None) -> DataFrame:
     """Every attempt of every request under each policy, rules 1-6 (module docstring), without the
     counterfactual: each (cluster, scope) group of requests played by :func:`scope_play.play_scope` on
-    Arrow batches, the brokers' step functions broadcast to it. Eager; the broadcast is released."""
-    steps = broadcast_steps(broker_applied, brokers, log_batches)
+    Arrow batches, the brokers' step functions broadcast to it (``steps``, its owner's, else built here
+    and released). Eager."""
+    own = steps is None
+    steps = steps or broadcast_steps(broker_applied, brokers, log_batches)
     max_attempts, backoff, same = policy.max_attempts, policy.retry_backoff_ms, policy.retry_target == "same"
     rounds = MAX_ROUNDS
 
@@ -149,7 +152,8 @@ def _played(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, 
             raise ConvergenceError("consistency outcomes: " + str(e).split("RoundsExceeded: ")[-1].splitlines()[0]) from None
         raise
     finally:
-        steps.destroy()
+        if own:
+            steps.destroy()
     # names for the indexes the checkpoint holds (a projection read with it: nothing stored twice)
     name = lambda names, i: F.element_at(F.array(*[F.lit(n) for n in names]), F.col(i) + 1)  # noqa: E731
     dom = F.create_map(*[x for k, d in DOMAIN_OF_KEY.items() for x in (F.lit(k), F.lit(d))])
@@ -198,13 +202,14 @@ def _stale_entities(rows: DataFrame, domains: dict[str, DataFrame]) -> DataFrame
 
 def consistency_outcomes(requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame, log_batches: DataFrame,
                          domains: dict[str, DataFrame], policy: RetryPolicy | None = None,
-                         say=lambda s: None) -> DataFrame:  # noqa: ANN001
+                         say=lambda s: None, steps: Broadcast | None = None) -> DataFrame:  # noqa: ANN001
     """Seed 000: ``consistency_outcomes`` of ``requests`` (bronze ``metadata_requests``) against the
     replay (``broker_applied``, ``brokers``, ``log_batches``; ``domains``: the versioned tables the
     stale answers are judged on, by name). Rounds until the attempts settle (module docstring). The
-    result reads two local checkpoints (every attempt; the violations with their changed entities)."""
+    result reads two local checkpoints (every attempt; the violations with their changed entities).
+    ``steps``: the first three's :mod:`~kraft_replay.outcomes.steps` broadcast already (the job's)."""
     policy = policy or RetryPolicy()
-    rows = _played(requests, broker_applied, brokers, log_batches, policy)
+    rows = _played(requests, broker_applied, brokers, log_batches, policy, steps)
     say("  consistency: attempts played")
     return _stale_entities(rows, domains).select(*CONSISTENCY_OUTCOMES_COLUMNS)
 

@@ -50,18 +50,20 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.lake.staged import StagedWrite, write_staged_arrow
-from kraft_replay.outcomes.partition_views import REQUEST_PASS, VIEW_INPUT, _ints, partition_views
-from kraft_replay.outcomes.steps import broadcast_steps
+from kraft_replay.outcomes.partition_views import (
+    REQUEST_PASS, VIEW_INPUT, _ints, indexed_views, partition_views, version_index)
+from kraft_replay.outcomes.steps import broadcast_steps, held_broadcast
 from kraft_replay.spark import tasks_for
-from kraft_replay.spark.arrow import ddl_fields
+from kraft_replay.spark.arrow import arrow_schema, ddl_fields
 
-__all__ = ["fencing_outcomes", "fencing_summary", "write_fencing_outcomes", "FENCING_OUTCOMES_COLUMNS",
-           "FENCING_SUMMARY_COLUMNS", "FENCING_OUTCOMES_SCHEMA"]
+__all__ = ["fencing_outcomes", "fencing_summary", "write_fencing_outcomes", "broadcast_versions", "BROADCAST_VERSIONS",
+           "FENCING_OUTCOMES_COLUMNS", "FENCING_SUMMARY_COLUMNS", "FENCING_OUTCOMES_SCHEMA"]
 
 FENCING_OUTCOMES_COLUMNS = [
     "cluster_id", "request_id", "request_time", "producer_id", "topic_id", "topic_name", "partition_id",
@@ -82,6 +84,10 @@ _REQUEST = ["cluster_id", "request_id", "request_time", "producer_id", "topic_id
 ACCEPTED = "ACCEPTED"
 NOT_LEADER = "NOT_LEADER_OR_FOLLOWER"
 LOST = "LOST"
+#: the most ``partitions`` versions :func:`broadcast_versions` is used for (~1.1 GB broadcast, held by
+#: the driver and each Python worker); above it, the versions are shuffled with the requests
+BROADCAST_VERSIONS = 16_000_000
+_INPUT = arrow_schema(VIEW_INPUT)
 #: the lookups' input per task, by Spark's size estimate (the Parquet bytes it reads): ~1.5 GB in Arrow
 TASK_BYTES = 160 << 20
 
@@ -244,18 +250,34 @@ def _combine(partials: DataFrame) -> DataFrame:
 
 
 def _looked_up(produce_requests: DataFrame, partitions: DataFrame, broker_applied: DataFrame, brokers: DataFrame,
-               log_batches: DataFrame) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Table]]]:
+               log_batches: DataFrame, steps: Broadcast | None = None, versions: Broadcast | None = None
+               ) -> tuple[DataFrame, Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Table]]]:
     """The lookups' input (:data:`~kraft_replay.outcomes.partition_views.VIEW_INPUT`): the requests and
     the partitions' versions hashed together by partition (one shuffle, no sort: partition_views sorts
     what each task holds), and the function a task runs on its batches: the lookups of
     :func:`~kraft_replay.outcomes.partition_views.partition_views` (the brokers' step functions and the
-    log's ends broadcast to it, destroyed at the end of an enclosing
+    log's ends broadcast to it — ``steps`` when given, else :func:`~kraft_replay.outcomes.steps.broadcast_steps`
+    of the frames —, destroyed at the end of an enclosing
     :func:`~kraft_replay.outcomes.steps.released_broadcasts` block: the outcomes job's, after its writes),
-    then :func:`_rules`, yielding outcome tables."""
-    steps = broadcast_steps(broker_applied, brokers, log_batches)
+    then :func:`_rules`, yielding outcome tables. With ``versions`` (:func:`broadcast_versions`: every
+    version, indexed once on the driver) the requests alone, as read, and
+    :func:`~kraft_replay.outcomes.partition_views.indexed_views` instead: no shuffle."""
+    steps = steps or broadcast_steps(broker_applied, brokers, log_batches)
     null = lambda ty: F.lit(None).cast(ty)  # noqa: E731
     spec = ddl_fields(VIEW_INPUT)
     req = {"_kind": F.lit(1), "_t": F.unix_micros("request_time")}
+    if versions is not None:  # the versions broadcast: the requests as they are read, no shuffle
+        r = produce_requests.select(*[(req[n] if n in req else F.col(n)).cast(ty).alias(n) for n, ty in spec
+                                      if n in ("cluster_id", "topic_id", "partition_id", *REQUEST_PASS)])
+        cores = r.sparkSession.sparkContext.defaultParallelism
+        if r.rdd.getNumPartitions() < cores:  # a table of one or two large files: every core gets a share
+            r = r.repartition(cores)
+
+        def indexed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+            for b in indexed_views(batches, steps.value, versions.value):
+                yield _rules(pa.Table.from_batches([b]))
+
+        return r, indexed
     ver = {"_kind": F.lit(0), "_from": F.col("valid_from_offset"), "_to": F.col("valid_to_offset"),
            "_rec": F.col("record_offset"), "_since": F.unix_micros("valid_from_time")}
     key = {"cluster_id", "topic_id", "partition_id"}
@@ -275,6 +297,24 @@ def _looked_up(produce_requests: DataFrame, partitions: DataFrame, broker_applie
     return u.repartition(_tasks(u), "cluster_id", "topic_id", "partition_id"), outcomes
 
 
+def broadcast_versions(spark, read: Callable[[str, list[str]], pa.Table]) -> Broadcast:  # noqa: ANN001
+    """Every ``partitions`` version as one :class:`~kraft_replay.outcomes.partition_views.VersionIndex`,
+    built on the driver from ``read(table, columns)`` (e.g. :meth:`kraft_replay.lake.Lake.read_arrow` at
+    the job's snapshot) and broadcast (~70 bytes a version; held like the step functions): for a table
+    of up to :data:`BROADCAST_VERSIONS` versions, the lookups need no shuffle."""
+    v = read("partitions", ["cluster_id", "topic_id", "partition_id", "valid_from_offset", "valid_to_offset",
+                            "record_offset", "deleted", "valid_from_time", "leader", "leader_epoch",
+                            "leader_recovery_state", "replicas", "isr"])
+    types = dict(zip(_INPUT.names, _INPUT.types))
+    names = {"valid_from_offset": "_from", "valid_to_offset": "_to", "record_offset": "_rec"}
+    cols = {names.get(c, c): v.column(c) for c in v.column_names if c != "valid_from_time"}
+    cols["_since"] = pc.cast(v.column("valid_from_time"), pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64())
+    del v
+    ver = pa.table({n: c.cast(types[n]) for n, c in cols.items()})
+    del cols
+    return held_broadcast(spark, version_index(ver))
+
+
 def _tasks(frame: DataFrame) -> int:
     """How many tasks hold the lookups' input: about :data:`TASK_BYTES` of it each, at least the shuffle
     partitions (every row of a task is in Python memory at once)."""
@@ -282,12 +322,15 @@ def _tasks(frame: DataFrame) -> int:
 
 
 def fencing_outcomes(produce_requests: DataFrame, broker_applied: DataFrame, brokers: DataFrame,
-                     log_batches: DataFrame, partitions: DataFrame) -> DataFrame:
+                     log_batches: DataFrame, partitions: DataFrame, steps: Broadcast | None = None,
+                     versions: Broadcast | None = None) -> DataFrame:
     """Seed 003 / facts §8: one row per ``produce_requests`` row with its outcome without the epoch
     check, with it, and under its own version, and whether (and how) a stale leader took the write
     (rules in the module docstring; columns :data:`FENCING_OUTCOMES_COLUMNS`). Inputs: bronze
-    ``produce_requests``, silver ``broker_applied``, ``brokers``, ``log_batches``, ``partitions``."""
-    inp, outcomes = _looked_up(produce_requests, partitions, broker_applied, brokers, log_batches)
+    ``produce_requests``, silver ``broker_applied``, ``brokers``, ``log_batches``, ``partitions``;
+    ``steps``: the first three's :mod:`~kraft_replay.outcomes.steps` broadcast already (the job's);
+    ``versions``: ``partitions`` as :func:`broadcast_versions` (then ``partitions`` is not read)."""
+    inp, outcomes = _looked_up(produce_requests, partitions, broker_applied, brokers, log_batches, steps, versions)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for t in outcomes(batches):
@@ -297,12 +340,13 @@ def fencing_outcomes(produce_requests: DataFrame, broker_applied: DataFrame, bro
 
 
 def write_fencing_outcomes(sink: StagedWrite, produce_requests: DataFrame, broker_applied: DataFrame,
-                           brokers: DataFrame, log_batches: DataFrame, partitions: DataFrame) -> DataFrame:
+                           brokers: DataFrame, log_batches: DataFrame, partitions: DataFrame,
+                           steps: Broadcast | None = None, versions: Broadcast | None = None) -> DataFrame:
     """:func:`fencing_outcomes` written into ``sink`` (a staged write of ``fencing_outcomes``) by the
     workers with pyarrow — files named after the task's partition, so a retried task rewrites its own
     — computed now; returns :func:`fencing_summary` of the written rows (each task's share of it came
     back instead of the rows). The caller commits or aborts ``sink``."""
-    inp, outcomes = _looked_up(produce_requests, partitions, broker_applied, brokers, log_batches)
+    inp, outcomes = _looked_up(produce_requests, partitions, broker_applied, brokers, log_batches, steps, versions)
     tz = produce_requests.sparkSession.conf.get("spark.sql.session.timeZone")
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

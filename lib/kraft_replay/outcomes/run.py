@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -33,9 +35,10 @@ from kraft_replay.outcomes.features import (
     LOSS_DOMAINS, FeaturesPolicy, feature_protection_violations, feature_transitions, feature_update_outcomes,
 )
 from kraft_replay.outcomes.fencing import (
-    FENCING_OUTCOMES_SCHEMA, fencing_outcomes, fencing_summary, write_fencing_outcomes,
+    BROADCAST_VERSIONS, FENCING_OUTCOMES_SCHEMA, broadcast_versions, fencing_outcomes, fencing_summary,
+    write_fencing_outcomes,
 )
-from kraft_replay.outcomes.steps import released_broadcasts
+from kraft_replay.outcomes.steps import broadcast_read_steps, released_broadcasts
 from kraft_replay.spark import SMALL_RUN_ROWS, session_conf, sized_run
 
 __all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
@@ -158,11 +161,25 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         raise OutcomesError(f"lake {lake.root}: no request table ({', '.join(v[0] for v in PROPOSALS.values() if v[0])}): "
                             "ingest or generate client requests first")
     inputs: dict[str, DataFrame] = {}
+    snapshot: dict[str, int] = {}  # the version each input is read at
 
     def read(t: str) -> DataFrame:  # each input read once: one snapshot of it for every proposal
         if t not in inputs:
-            inputs[t] = lake.read(t, where=where)
+            v = lake.published_version(t)
+            snapshot[t] = lake.version(t) if v is None else v
+            inputs[t] = lake.read(t, version=snapshot[t], where=where)
         return inputs[t]
+
+    def arrow(t: str, cols: list[str]) -> pa.Table:  # an input's columns on the driver, at its snapshot
+        read(t)
+        return lake.read_arrow(t, cols, version=snapshot[t], partitions=[("cluster_id", "in", clusters)])
+
+    shared: dict[str, object] = {}
+
+    def steps():  # noqa: ANN202 - the brokers' step functions, built once for consistency and fencing
+        if "steps" not in shared:
+            shared["steps"] = broadcast_read_steps(spark, arrow)
+        return shared["steps"]
 
     opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
     # small inputs run as a small replay does (spark.sized_run); counting stops once they are not small
@@ -182,7 +199,8 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
             req = read("metadata_requests")
             domains = {d: read(d) for d in STALE_DOMAINS if lake.exists(d)}
             frames["consistency_outcomes"] = consistency_outcomes(
-                req, read("broker_applied"), read("brokers"), read("log_batches"), domains, policy=policy, say=say)
+                req, read("broker_applied"), read("brokers"), read("log_batches"), domains, policy=policy, say=say,
+                steps=steps())
             # 30M attempt rows at 10M requests: the summary and the counts read the written table's
             # columns (Parquet), not the row-wise checkpoints the outcomes come from
             frames["consistency_summary"] = lambda written: consistency_summary(written("consistency_outcomes"))
@@ -191,12 +209,18 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
             say("  produce leader-epoch fencing (seed 003) ...")
             f_in = (read("produce_requests"), read("broker_applied"), read("brokers"), read("log_batches"),
                     read("partitions"))
+            # the versions broadcast when few enough (no shuffle), else shuffled with the requests; the
+            # two lookups are built on the driver side by side (numpy, Arrow and delta-rs release the GIL)
+            small = read("partitions").count() <= BROADCAST_VERSIONS
+            with ThreadPoolExecutor(2) as pool:
+                versions = pool.submit(broadcast_versions, spark, arrow) if small else None
+                f_by = {"steps": steps(), "versions": versions and versions.result()}
             if lake.backend == "deltars":  # the workers write the rows; their shares of the summary come back
                 frames["fencing_outcomes"] = _Staged(from_arrow_schema(FENCING_OUTCOMES_SCHEMA),
-                                                     lambda sink: write_fencing_outcomes(sink, *f_in))
+                                                     lambda sink: write_fencing_outcomes(sink, *f_in, **f_by))
                 frames["fencing_summary"] = lambda written: products["fencing_outcomes"]
             else:  # computed once, by its write; the summary reads the written columns
-                frames["fencing_outcomes"] = fencing_outcomes(*f_in)
+                frames["fencing_outcomes"] = fencing_outcomes(*f_in, **f_by)
                 frames["fencing_summary"] = lambda written: fencing_summary(written("fencing_outcomes"))
             after["fencing_outcomes"] = _fencing_counts
         if "features" in chosen:

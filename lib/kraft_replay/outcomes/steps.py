@@ -8,16 +8,18 @@ by :mod:`kraft_replay.outcomes.scope_play` (consistency) and :mod:`kraft_replay.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kraft_replay.spark.arrow import codes
 
-__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "released_broadcasts"]
+__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "broadcast_read_steps",
+           "held_broadcast", "released_broadcasts"]
 
 NULL = np.iinfo(np.int64).min  # no applied offset (no interval, NO_SAMPLES)
 OPEN = np.iinfo(np.int64).max  # an interval still open (to_time null)
@@ -213,7 +215,34 @@ def broadcast_steps(broker_applied, brokers, log_batches):  # noqa: ANN001, ANN2
                                  F.col("batch_last_offset").alias("last"), us(F.col("append_time")).alias("time")).toArrow()
     steps = cluster_steps(iv, known_brokers(brokers).toArrow(), None, batches)
     del iv, batches
-    b = broker_applied.sparkSession.sparkContext.broadcast(steps)
+    return held_broadcast(broker_applied.sparkSession, steps)
+
+
+def broadcast_read_steps(spark, read: Callable[[str, list[str]], pa.Table]):  # noqa: ANN001, ANN201
+    """:func:`broadcast_steps` from the tables read as Arrow on the driver: ``read(table, columns)``
+    gives those columns of ``broker_applied``, ``brokers`` and ``log_batches`` (e.g.
+    :meth:`kraft_replay.lake.Lake.read_arrow` at the snapshot the job reads: no Spark job, no rows
+    converted by the JVM). Same steps, same release."""
+    us = lambda col: pc.cast(col, pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64())  # noqa: E731
+    ba = read("broker_applied", ["cluster_id", "broker_id", "from_time", "to_time", "state", "applied_offset"])
+    applied = pc.fill_null(pc.equal(ba.column("state"), "APPLIED"), False)
+    iv = pa.table({"cluster_id": ba.column("cluster_id"), "broker_id": ba.column("broker_id"),
+                   "start": us(ba.column("from_time")), "end": us(ba.column("to_time")),
+                   "offset": pc.if_else(applied, ba.column("applied_offset"), pa.scalar(None, pa.int64()))})
+    del ba
+    lb = read("log_batches", ["cluster_id", "batch_base_offset", "batch_last_offset", "append_time"])
+    batches = pa.table({"cluster_id": lb.column("cluster_id"), "base": lb.column("batch_base_offset"),
+                        "last": lb.column("batch_last_offset"), "time": us(lb.column("append_time"))})
+    known = read("brokers", ["cluster_id", "broker_id"]).group_by(["cluster_id", "broker_id"]).aggregate([])
+    steps = cluster_steps(iv, known, None, batches)
+    del iv, batches
+    return held_broadcast(spark, steps)
+
+
+def held_broadcast(spark, value: object):  # noqa: ANN001, ANN201 - a SparkSession -> Broadcast
+    """``value`` broadcast to the workers, destroyed when the innermost :func:`released_broadcasts`
+    block around the call ends (else by the caller)."""
+    b = spark.sparkContext.broadcast(value)
     if _HELD:
         _HELD[-1].append(b)
     return b
