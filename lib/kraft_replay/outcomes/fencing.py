@@ -84,7 +84,7 @@ _REQUEST = ["cluster_id", "request_id", "request_time", "producer_id", "topic_id
 ACCEPTED = "ACCEPTED"
 NOT_LEADER = "NOT_LEADER_OR_FOLLOWER"
 LOST = "LOST"
-#: the most ``partitions`` versions :func:`broadcast_versions` is used for (~1.1 GB broadcast, held by
+#: the most ``partitions`` versions :func:`broadcast_versions` is used for (~1.2 GB broadcast, held by
 #: the driver and each Python worker); above it, the versions are shuffled with the requests
 BROADCAST_VERSIONS = 16_000_000
 _INPUT = arrow_schema(VIEW_INPUT)
@@ -300,7 +300,7 @@ def _looked_up(produce_requests: DataFrame, partitions: DataFrame, broker_applie
 def broadcast_versions(spark, read: Callable[[str, list[str]], pa.Table]) -> Broadcast:  # noqa: ANN001
     """Every ``partitions`` version as one :class:`~kraft_replay.outcomes.partition_views.VersionIndex`,
     built on the driver from ``read(table, columns)`` (e.g. :meth:`kraft_replay.lake.Lake.read_arrow` at
-    the job's snapshot) and broadcast (~70 bytes a version; held like the step functions): for a table
+    the job's snapshot) and broadcast (~75 bytes a version; held like the step functions): for a table
     of up to :data:`BROADCAST_VERSIONS` versions, the lookups need no shuffle."""
     v = read("partitions", ["cluster_id", "topic_id", "partition_id", "valid_from_offset", "valid_to_offset",
                             "record_offset", "deleted", "valid_from_time", "leader", "leader_epoch",
