@@ -595,6 +595,8 @@ class DeltaRsBackend:
         bad = [p for p in partitions or [] if p[0] not in snap.partition_by or p[1] not in ("=", "in")]
         if bad:
             raise InvalidArgumentError(f"read_arrow {name}: {bad[0]!r} is not an '=' / 'in' filter on a partition column")
+        # the whole table at once (LakeReader.scan streams a few row groups at a time: half the memory,
+        # 2.5x the time for the 9.5M partitions versions the outcomes job reads)
         return snap.table.to_pyarrow_table(filters=partitions or None, columns=columns)
 
     # ---- rewrite: part of a partition replaced, chosen by file statistics --------------------

@@ -2,12 +2,15 @@
 each produce request, the partition as its target broker's cache held it (the ``partitions`` version
 visible at the broker's applied offset then) and as the log had it (at the log end then).
 
-Spark hands :func:`partition_views` the requests and the partitions' versions of one hash bucket of
-partitions (``repartition`` by cluster, topic id and partition id: one shuffle, no sort); the applied
-offsets and log ends come from the :class:`~kraft_replay.outcomes.steps.ClusterSteps` broadcast to the
-workers, the versions by ``searchsorted`` on (partition, offset) — facts §5.2 (a version is visible
-over ``[valid_from_offset, valid_to_offset)``; versions never visible are skipped; at one
-``valid_from_offset`` the last record wins) and §9.1 (a broker's applied offset at a time).
+The versions are looked up in a :class:`VersionIndex` by ``searchsorted`` on (partition, offset) —
+facts §5.2 (a version is visible over ``[valid_from_offset, valid_to_offset)``; versions never
+visible are skipped; at one ``valid_from_offset`` the last record wins) — built one of two ways:
+Spark hands :func:`partition_views` the requests and the versions of one hash bucket of partitions
+(``repartition`` by cluster, topic id and partition id: one shuffle, no sort) and each task indexes
+its versions; or the whole table is indexed once on the driver and broadcast, and
+:func:`indexed_views` takes the requests alone, as they are read. The applied offsets and log ends
+come from the :class:`~kraft_replay.outcomes.steps.ClusterSteps` broadcast to the workers (§9.1: a
+broker's applied offset at a time).
 """
 
 from __future__ import annotations
