@@ -57,7 +57,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.lake.staged import StagedWrite, write_staged_arrow
 from kraft_replay.outcomes.partition_views import (
-    REQUEST_PASS, VIEW_INPUT, _ints, indexed_views, partition_views, version_index)
+    REQUEST_PASS, VERSION_COLUMNS, VIEW_INPUT, _ints, indexed_views, partition_views, version_index)
 from kraft_replay.outcomes.steps import broadcast_steps, held_broadcast
 from kraft_replay.spark import tasks_for
 from kraft_replay.spark.arrow import arrow_schema, ddl_fields
@@ -88,6 +88,9 @@ LOST = "LOST"
 #: the driver and each Python worker); above it, the versions are shuffled with the requests
 BROADCAST_VERSIONS = 16_000_000
 _INPUT = arrow_schema(VIEW_INPUT)
+#: the ``partitions`` column each of the lookups' version columns comes from (``_since``: in µs)
+_VERSION_SOURCE = {"_from": "valid_from_offset", "_to": "valid_to_offset", "_rec": "record_offset",
+                   "_since": "valid_from_time"}
 #: the lookups' input per task, by Spark's size estimate (the Parquet bytes it reads): ~1.5 GB in Arrow
 TASK_BYTES = 160 << 20
 
@@ -278,8 +281,8 @@ def _looked_up(produce_requests: DataFrame, partitions: DataFrame, broker_applie
                 yield _rules(pa.Table.from_batches([b]))
 
         return r, indexed
-    ver = {"_kind": F.lit(0), "_from": F.col("valid_from_offset"), "_to": F.col("valid_to_offset"),
-           "_rec": F.col("record_offset"), "_since": F.unix_micros("valid_from_time")}
+    ver = {"_kind": F.lit(0), **{n: F.col(c) for n, c in _VERSION_SOURCE.items() if n != "_since"},
+           "_since": F.unix_micros(_VERSION_SOURCE["_since"])}
     key = {"cluster_id", "topic_id", "partition_id"}
 
     def side(df: DataFrame, own: dict, cols: set[str]) -> DataFrame:
@@ -302,16 +305,12 @@ def broadcast_versions(spark, read: Callable[[str, list[str]], pa.Table]) -> Bro
     built on the driver from ``read(table, columns)`` (e.g. :meth:`kraft_replay.lake.Lake.read_arrow` at
     the job's snapshot) and broadcast (~75 bytes a version; held like the step functions): for a table
     of up to :data:`BROADCAST_VERSIONS` versions, the lookups need no shuffle."""
-    v = read("partitions", ["cluster_id", "topic_id", "partition_id", "valid_from_offset", "valid_to_offset",
-                            "record_offset", "deleted", "valid_from_time", "leader", "leader_epoch",
-                            "leader_recovery_state", "replicas", "isr"])
+    names = ["cluster_id", "topic_id", "partition_id", *VERSION_COLUMNS]
+    v = read("partitions", [_VERSION_SOURCE.get(n, n) for n in names])
     types = dict(zip(_INPUT.names, _INPUT.types))
-    names = {"valid_from_offset": "_from", "valid_to_offset": "_to", "record_offset": "_rec"}
-    cols = {names.get(c, c): v.column(c) for c in v.column_names if c != "valid_from_time"}
-    cols["_since"] = pc.cast(v.column("valid_from_time"), pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64())
-    del v
-    ver = pa.table({n: c.cast(types[n]) for n, c in cols.items()})
-    del cols
+    since = pc.cast(v.column(_VERSION_SOURCE["_since"]), pa.timestamp("us", tz="UTC"), safe=False)
+    ver = pa.table({n: (since if n == "_since" else v.column(_VERSION_SOURCE.get(n, n))).cast(types[n]) for n in names})
+    del v, since
     return held_broadcast(spark, version_index(ver))
 
 

@@ -90,13 +90,14 @@ def _ints(col: pa.ChunkedArray, fill: int) -> np.ndarray:
     return col.fill_null(fill).to_numpy().astype(np.int64)
 
 
-def _dictionary(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """Dictionary codes of a string column (-1: null) and the dictionary, as an Arrow array."""
-    d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), d.dictionary
+def _dictionary(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """:func:`~kraft_replay.spark.arrow.codes` of a string column, the dictionary as an Arrow array
+    (the value set requests are looked up in)."""
+    code, names = codes(col)
+    return code, pa.array(names, pa.string())
 
 
-#: the version columns a view reads (taken from the index's sorted copy)
+#: the version columns a view reads (from the index's ``fields``, in the versions' own order)
 _VIEW_FIELDS = ["leader", "leader_epoch", "leader_recovery_state", "replicas", "isr", "_since"]
 
 
@@ -132,13 +133,12 @@ class VersionIndex:
 
     def dense(self, cluster: pa.ChunkedArray, topic: pa.ChunkedArray, pid: pa.ChunkedArray) -> np.ndarray:
         """The dense key of each (cluster, topic id, partition id); -1 when no version has it (or a part is null)."""
-        n = len(pid)
+        if not len(self.keys):
+            return np.full(len(pid), -1, np.int64)
         c = pc.index_in(cluster, value_set=self.clusters).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         t = pc.index_in(topic, value_set=self.topics).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         p = _ints(pid, 0) - self.pid_lo
         ok = (c >= 0) & (t >= 0) & (p >= 0) & (p < self.n_pids) & pid.is_valid().to_numpy(zero_copy_only=False)
-        if not len(self.keys):
-            return np.full(n, -1, np.int64)
         raw = np.where(ok, (c * len(self.topics) + t) * self.n_pids + p, 0)
         d = np.minimum(np.searchsorted(self.keys, raw), len(self.keys) - 1)
         return np.where(ok & (self.keys[d] == raw), d, -1)

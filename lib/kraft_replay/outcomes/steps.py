@@ -201,21 +201,11 @@ def _order(*keys: np.ndarray) -> np.ndarray | None:
 def broadcast_steps(broker_applied, brokers, log_batches):  # noqa: ANN001, ANN201 - DataFrames -> Broadcast
     """Every cluster's :class:`ClusterSteps` (:func:`cluster_steps`) from the silver tables, built on the
     driver and broadcast to the workers (``.value``: cluster id -> :class:`ClusterSteps`; 32 bytes per
-    ``broker_applied`` interval, 24 per batch). Destroyed when the innermost :func:`released_broadcasts`
-    block around the call ends, else by the caller (or with the Spark context)."""
-    from pyspark.sql import functions as F
-
-    from kraft_replay.outcomes.lookups import known_brokers
-
-    us = F.unix_micros
-    iv = broker_applied.select(
-        "cluster_id", "broker_id", us(F.col("from_time")).alias("start"), us(F.col("to_time")).alias("end"),
-        F.when(F.col("state") == "APPLIED", F.col("applied_offset")).alias("offset")).toArrow()
-    batches = log_batches.select("cluster_id", F.col("batch_base_offset").alias("base"),
-                                 F.col("batch_last_offset").alias("last"), us(F.col("append_time")).alias("time")).toArrow()
-    steps = cluster_steps(iv, known_brokers(brokers).toArrow(), None, batches)
-    del iv, batches
-    return held_broadcast(broker_applied.sparkSession, steps)
+    ``broker_applied`` interval, 24 per batch): :func:`broadcast_read_steps` of the frames collected as
+    Arrow (one Spark collect each). Destroyed when the innermost :func:`released_broadcasts` block
+    around the call ends, else by the caller (or with the Spark context)."""
+    frames = {"broker_applied": broker_applied, "brokers": brokers, "log_batches": log_batches}
+    return broadcast_read_steps(broker_applied.sparkSession, lambda t, cols: frames[t].select(*cols).toArrow())
 
 
 def broadcast_read_steps(spark, read: Callable[[str, list[str]], pa.Table]):  # noqa: ANN001, ANN201
