@@ -5,7 +5,8 @@ Spark, and the sequential oracle producing the same tables from the same rows, i
         [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
 
 The Spark replay runs in a child process (its JVM is gone before the oracle runs: at 10M records the
-oracle's own tables take most of the machine's memory). The scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
+oracle's own tables take most of the machine's memory; it keeps its closed versions as Arrow tables
+along the way, ``SPILL_ROWS``, or they would not fit in 24 GiB). The scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
 ``--data-dir``. ``--cut N`` replays only offsets < N. Prints Spark wall time (plan + every silver
 table computed and written to a fresh lake, as ``kraft-replay replay`` does), records/s, peak RSS of
 the process tree (driver JVM + Python workers, sampled from /proc), the oracle's wall time on the
@@ -29,41 +30,63 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _rss(pid: int) -> tuple[int, int]:
-    """Resident and anonymous resident bytes of ``pid`` (``VmRSS`` / ``RssAnon``: anonymous is heap and
-    other private memory, not the pages of files it has mapped, which the kernel can drop and which
-    RSS counts too)."""
+def _mem(pid: int) -> tuple[int, int, int]:
+    """``(VmRSS, RssAnon, VmSize)`` of ``pid`` in bytes. Anonymous is heap and other private memory,
+    not the pages of files it has mapped, which the kernel can drop and which RSS counts too."""
     got = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith(("VmRSS:", "RssAnon:")):
+            if line.startswith(("VmRSS:", "RssAnon:", "VmSize:")):
                 got[line.split(":")[0]] = int(line.split()[1]) * 1024
-    return got.get("VmRSS", 0), got.get("RssAnon", 0)
+    return got.get("VmRSS", 0), got.get("RssAnon", 0), got.get("VmSize", 0)
+
+
+def tree_sum(procs: dict[int, tuple[int, tuple[int, int, int]]], root: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """Resident and anonymous bytes of ``root`` and its descendants, from ``{pid: (ppid, (rss, anon,
+    size))}``, and each process's own ``(pid, rss, anon)``. A child whose memory figures all equal its
+    parent's (:func:`_same_memory`) shares the parent's memory and counts 0: a process being started runs
+    in its parent's address space until it execs (``posix_spawn`` / ``vfork``, as the JVM starts every
+    child process; or shares its pages copy-on-write after a ``fork``), and ``/proc`` shows it the
+    parent's whole RSS — summed, a 9 GiB JVM starting a shell command read as 18 GiB for a moment."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    total, anon, todo, each = 0, 0, [root], []
+    while todo:
+        p = todo.pop()
+        ppid, mem = procs.get(p, (0, (0, 0, 0)))
+        shared = p != root and _same_memory(mem, procs.get(ppid, (0, (0, 0, 0)))[1])
+        r, a = (0, 0) if shared else mem[:2]
+        total, anon = total + r, anon + a
+        each.append((p, r, a))
+        todo.extend(children.get(p, []))
+    return total, anon, each
+
+
+def _same_memory(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
+    """Two processes' ``(rss, anon, size)`` are one address space's: equal within 1 % (the two are read
+    one after the other while the parent's other threads go on allocating)."""
+    return a[0] > 0 and all(abs(x - y) <= max(y // 100, 4 << 20) for x, y in zip(a, b, strict=True))
 
 
 def _tree_rss(pid: int) -> tuple[int, int, list[tuple[int, int, int]]]:
-    """Resident and anonymous resident bytes of ``pid`` and all its descendants (from /proc), and each
-    process's own ``(pid, rss, anon)``."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, tuple[int, int]] = {}
+    """:func:`tree_sum` of ``pid`` and its descendants, read from /proc."""
+    return tree_sum(processes(), pid)
+
+
+def processes() -> dict[int, tuple[int, tuple[int, int, int]]]:
+    """``{pid: (ppid, (rss, anon, size))}`` of every process, from /proc."""
+    procs: dict[int, tuple[int, tuple[int, int, int]]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            rss[int(d)] = _rss(int(d))
+            procs[int(d)] = (ppid, _mem(int(d)))
         except (OSError, ValueError, IndexError):
             continue
-        children.setdefault(ppid, []).append(int(d))
-    total, anon, todo, each = 0, 0, [pid], []
-    while todo:
-        p = todo.pop()
-        r, a = rss.get(p, (0, 0))
-        total, anon = total + r, anon + a
-        each.append((p, r, a))
-        todo.extend(children.get(p, []))
-    return total, anon, each
+    return procs
 
 
 def _role(pid: int) -> str:
@@ -177,6 +200,11 @@ def child_result(cmd: list[str]) -> dict | None:
     return result
 
 
+# the oracle's closed versions become Arrow tables every this many version dicts of a table: at 10M
+# records its versions as Python dicts alone would not fit in 24 GiB (tests/oracle/replay_oracle.py)
+SPILL_ROWS = 500_000
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="medium")
@@ -212,7 +240,7 @@ def main() -> int:
                     for t in ("metadata_log", "metadata_control", "snapshot_records")]
             with PeakRss() as rss:
                 t = time.perf_counter()
-                replay(*tabs)
+                replay(*tabs, spill_rows=SPILL_ROWS)
                 oracle_s = time.perf_counter() - t
             print(f"oracle: {oracle_s:.1f}s, {records / oracle_s:,.0f} records/s, peak RSS {rss.peak / 2**30:.2f} GiB; "
                   f"spark is {oracle_s / spark_s:.2f}x the oracle")

@@ -194,6 +194,21 @@ def test_versioned_tables_equal_sequential_replay_at_any_offset(real_kraft_dir: 
         assert cut.final_image() == {**full.image_at(off), "offset": cut.final_image()["offset"]}, off
 
 
+@pytest.mark.parametrize("prefix", ["greenlemonT", "hiage"])  # logs with enough closed versions to spill
+def test_spilling_closed_versions_gives_the_same_tables(real_kraft_dir: Path, prefix: str) -> None:
+    """``replay(spill_rows=N)`` (the benchmark's mode at 10M records) writes closed versions to Arrow
+    files along the way: every silver table holds the plain replay's rows (in another order)."""
+    log, control, _ = _bronze(real_kraft_dir, prefix)
+    full = _full(str(real_kraft_dir), prefix)
+    lean = replay(log, _log_only(control), spill_rows=4)
+    assert any(lean._runs[c].img.spilled[t] for c in lean.cluster_ids for t in VERSIONED_TABLES)  # it did spill
+    for t in SILVER_TABLES:
+        key = [(c, "ascending") for c in SILVER_TABLES[t].sort_key]
+        assert lean[t].sort_by(key, null_placement="at_start").equals(full[t]), t
+    with pytest.raises(ValueError, match="spill_rows"):
+        lean.image_at(0)
+
+
 @pytest.mark.parametrize("prefix", ["dkoh12", "ftmhxp", "greenlemonT", "rjmfernandes", "hiage"])
 def test_version_invariants(real_kraft_dir: Path, prefix: str) -> None:
     res = _full(str(real_kraft_dir), prefix)

@@ -302,3 +302,34 @@ def test_batch_level_shortcuts_equal_the_row_level_scans(spark, stage) -> None:
     assert L.offset_gaps(s.positions, s.batches, s.starts, s.usable, by_batch=True).isEmpty()
     assert [(r.offset, r._n) for r in s.kept.where("_copy = 2").collect()] == [(2, 2)]
     assert L.kept_records(s.log, s.batches, copies=False).where("_n > 1").isEmpty()
+
+
+def test_batch_records_count_each_offset_present_once(spark) -> None:
+    """``records`` of :func:`L.log_batches` is the number of distinct offsets in the batch, whether they
+    fall in the 64-offset bit mask or are counted as a set: copies, a copy hiding a hole (rows = the
+    header's span), a stray offset beyond the header, the mask's last bit (offset base + 63), a batch of
+    64 offsets and more (a set), and a row count over a plain ``count(distinct)`` on every batch."""
+
+    rows = []
+
+    def batch(base: int, last: int, offsets: list[int], epoch: int = 1) -> None:
+        rows.extend(("c", o, base, last, epoch, 1_000 + o, False) for o in offsets)
+
+    batch(0, 3, [0, 1, 2, 3, 0, 1, 2, 3])          # two identical copies: 4
+    batch(4, 7, [4, 5, 5, 7])                      # a copy of 5 hides the missing 6: 3
+    batch(8, 9, [8, 9, 12])                        # 12 lies beyond the header: 3
+    batch(10, 73, [10, 73, 73])                    # 64 offsets in the header: the mask's bits 0 and 63 (2)
+    batch(74, 200, list(range(74, 201)) + [100])   # 127 offsets: a set (127)
+    batch(201, 201, [201], epoch=2)
+    pos = spark.createDataFrame(rows, "cluster_id string, offset long, batch_base_offset long, batch_last_offset long, "
+                                      "batch_leader_epoch int, append_time long, is_control boolean") \
+        .withColumn("append_time", F.timestamp_micros("append_time"))
+    got = L.log_batches(pos).select("batch_base_offset", "records", "_rows", "_min_offset", "_max_offset")
+    want = spark.createDataFrame([(0, 4, 8, 0, 3), (4, 3, 4, 4, 7), (8, 3, 3, 8, 12), (10, 2, 3, 10, 73),
+                                  (74, 127, 128, 74, 200), (201, 1, 1, 201, 201)],
+                                 "batch_base_offset long, records int, _rows long, _min_offset long, _max_offset long")
+    assert_df_equality(got.orderBy("batch_base_offset"), want.orderBy("batch_base_offset"), ignore_nullable=True)
+    key = ["cluster_id", "batch_base_offset", "batch_last_offset", "batch_leader_epoch"]
+    distinct = pos.groupBy(*key).agg(F.countDistinct("offset").cast("int").alias("records"))
+    assert_df_equality(L.log_batches(pos).select(*key, "records").orderBy(*key), distinct.orderBy(*key),
+                       ignore_nullable=True)

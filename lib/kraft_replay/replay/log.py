@@ -56,6 +56,7 @@ _MARKERS = (BEGIN_TRANSACTION, END_TRANSACTION, ABORT_TRANSACTION)
 BUCKET = 1_000_000  # == ingest's OFFSET_BUCKET_SIZE; replay derives buckets itself from offsets
 _BATCH = ["batch_base_offset", "batch_last_offset", "batch_leader_epoch"]
 _KEY = ["_base", "_last", "_epoch"]  # the same, as _with_batch_key names them on log rows
+_MASK_BITS = 64  # the offsets a batch's bit mask holds (one long): log_batches
 
 
 def _bucket(offset: Column) -> Column:
@@ -113,13 +114,26 @@ def log_batches(positions: DataFrame) -> DataFrame:
     batch_base_offset, batch_last_offset, batch_leader_epoch, append_time, is_control, records``
     (distinct offsets present), and what the later stages read instead of the rows: ``_rows`` (rows,
     copies included) and ``_min_offset`` / ``_max_offset`` (the offsets present; a hostile batch's
-    records can lie outside its header's range). ``records`` is the size of the batch's set of offsets
-    (at 10M records half the cost of ``countDistinct``, whose two-level aggregate re-shuffles every
-    (batch, offset) pair; a batch's offsets are a few thousand at most)."""
-    return positions.groupBy("cluster_id", *_BATCH).agg(
+    records can lie outside its header's range). ``records`` without a set per batch: a row inside
+    its batch's header range, when that range spans at most 64 offsets, sets the bit ``offset − base``
+    of a mask (``bit_or``: a plain hash aggregate, copies set the same bit), and the batch counts the
+    mask's bits; the other rows — wider batches, offsets outside the header's range — are counted as
+    a set, batch by batch, in an aggregate of their own (none in most logs). Both parts are exact and
+    disjoint. (At 10M records ``collect_set`` over every row took 22–25 s of the log stage.)"""
+    inside = ((F.col("batch_last_offset") - F.col("batch_base_offset") < F.lit(_MASK_BITS))
+              & (F.col("offset") >= F.col("batch_base_offset")) & (F.col("offset") <= F.col("batch_last_offset")))
+    p = positions.withColumn("_in", inside)
+    bit = F.expr("shiftleft(1L, CAST(offset - batch_base_offset AS INT))")  # the Python shiftleft takes a constant
+    masks = p.groupBy("cluster_id", *_BATCH).agg(
         F.max("append_time").alias("append_time"), F.bool_or("is_control").alias("is_control"),
-        F.size(F.collect_set("offset")).cast("int").alias("records"), F.count(F.lit(1)).alias("_rows"),
+        F.bit_or(F.when(F.col("_in"), bit)).alias("_mask"), F.count(F.lit(1)).alias("_rows"),
         F.min("offset").alias("_min_offset"), F.max("offset").alias("_max_offset"))
+    rest = (p.where(~F.col("_in")).groupBy("cluster_id", *_BATCH)
+            .agg(F.size(F.collect_set("offset")).alias("_rest")))
+    records = F.coalesce(F.bit_count("_mask"), F.lit(0)) + F.coalesce(F.col("_rest"), F.lit(0))
+    return masks.join(rest, ["cluster_id", *_BATCH], "left").select(
+        "cluster_id", *_BATCH, "append_time", "is_control", records.cast("int").alias("records"),
+        "_rows", "_min_offset", "_max_offset")
 
 
 def mark_divergent(batches: DataFrame) -> DataFrame:
