@@ -5,7 +5,7 @@ Spark, and the sequential oracle producing the same tables from the same rows, i
         [--no-oracle] [--driver-memory 8g] [--data-dir DIR]
 
 The Spark replay runs in a child process (its JVM is gone before the oracle runs: at 10M records the
-oracle's own tables take most of the machine's memory; it keeps its closed versions as Arrow tables
+oracle's own tables take most of the machine's memory; it writes its closed versions to Arrow files
 along the way, ``SPILL_ROWS``, or they would not fit in 24 GiB). The scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
 ``--data-dir``. ``--cut N`` replays only offsets < N. Prints Spark wall time (plan + every silver
 table computed and written to a fresh lake, as ``kraft-replay replay`` does), records/s, peak RSS of
@@ -200,7 +200,7 @@ def child_result(cmd: list[str]) -> dict | None:
     return result
 
 
-# the oracle's closed versions become Arrow tables every this many version dicts of a table: at 10M
+# the oracle's closed versions go to an Arrow file every this many version dicts of a table: at 10M
 # records its versions as Python dicts alone would not fit in 24 GiB (tests/oracle/replay_oracle.py)
 SPILL_ROWS = 500_000
 

@@ -929,7 +929,7 @@ class OracleResult:
                                             if not (self.spilled and t in VERSIONED_TABLES)}
         if self.spilled:  # each run's versions as Arrow (unsorted); ``_rows`` holds only the open versions
             for t in VERSIONED_TABLES:
-                self.tables[t] = pa.concat_tables([r.img.table(t) for r in runs]) if runs else table_rows(t, [])
+                self.tables[t] = pa.concat_tables([r.img.table(t) for r in runs])
         self.tables["log_batches"] = pa.concat_tables([r.batch_table for r in runs]) if runs else self.tables["log_batches"]
         q = sorted(quarantine, key=lambda x: _sort_tuple((x["offset"], x["source_file"], x["source_position"])))
         self.quarantine = pa.Table.from_pylist(q, schema=QUARANTINE_SCHEMA) if q else QUARANTINE_SCHEMA.empty_table()

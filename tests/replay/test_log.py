@@ -308,8 +308,7 @@ def test_batch_records_count_each_offset_present_once(spark) -> None:
     """``records`` of :func:`L.log_batches` is the number of distinct offsets in the batch, whether they
     fall in the 64-offset bit mask or are counted as a set: copies, a copy hiding a hole (rows = the
     header's span), a stray offset beyond the header, the mask's last bit (offset base + 63), a batch of
-    64 offsets and more (a set), and a row count over a plain ``count(distinct)`` on every batch."""
-
+    64 offsets and more (a set); on every batch, the same count as a plain ``count(distinct)``."""
     rows = []
 
     def batch(base: int, last: int, offsets: list[int], epoch: int = 1) -> None:
