@@ -128,3 +128,25 @@ def test_an_empty_task_yields_nothing() -> None:
 def test_partitions_never_seen_before_a_change_have_no_state(n: int) -> None:
     got = run([pc(i + 1, i, r_leader=1) for i in range(n)])
     assert got[P.VERSION] == [] and len(got[P.ANOMALY]) == n
+
+
+def test_the_versions_live_at_an_image_offset() -> None:
+    """``partitions.live_at``: the versions an image at offset O holds are those with
+    valid_from_offset <= O < valid_to_offset (open: current), not deleted, of O's cluster — as IMAGE
+    rows with O in ``_ord``, one per (offset, version)."""
+    from kraft_replay.replay.partitions import live_at
+
+    rows = [pr(1), pc(4, r_leader=2), pr(2, pid=1), ev("T", 6, pid=1), pr(3, pid=2, topic="t2")]
+    t = pa.Table.from_pylist(rows, schema=SCHEMA)
+    out = pa.Table.from_batches(list(P.partition_state(iter(t.to_batches()))), schema=P.OUTPUT_SCHEMA)
+    versions = out.filter(pa.compute.equal(out["_row"], P.VERSION)).combine_chunks().to_batches()[0]
+    other = versions.set_column(0, "cluster_id", pa.array(["d"] * versions.num_rows))
+    both = pa.Table.from_batches([versions, other]).combine_chunks().to_batches()[0]
+    got = live_at(both, [("c", 0), ("c", 3), ("c", 4), ("c", 6), ("d", 1)]).to_pylist()
+    assert {r["_row"] for r in got} == {P.IMAGE}
+    seen = sorted((r["cluster_id"], r["_ord"], r["topic_id"], r["partition_id"], r["valid_from_offset"]) for r in got)
+    assert seen == [("c", 3, "t1", 0, 1), ("c", 3, "t1", 1, 2), ("c", 3, "t2", 2, 3),  # every partition by then
+                    ("c", 4, "t1", 0, 4), ("c", 4, "t1", 1, 2), ("c", 4, "t2", 2, 3),  # the change from 4 on
+                    ("c", 6, "t1", 0, 4), ("c", 6, "t2", 2, 3),  # the removed partition is gone at 6
+                    ("d", 1, "t1", 0, 1)]  # only the cluster's own versions
+    assert live_at(both, []) is None and live_at(versions, [("c", 0)]) is None

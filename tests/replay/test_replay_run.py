@@ -259,6 +259,24 @@ def test_image_snapshots_at_every_metadata_version_change_and_on_request(replaye
     assert checked > 0
 
 
+def test_image_partitions_picked_by_the_workers_equal_the_range_join(spark, replayed, replayed_tiny) -> None:
+    """The job's ``image_snapshots`` takes its partitions from the tasks that write the versions
+    (``partition_images``); they equal the images found with the range join over the written
+    ``partitions`` table, row for row: the requested image here, the tiny scenario's
+    metadata.version changes (several images, each with its partitions)."""
+    from chispa import assert_df_equality
+
+    from kraft_replay.replay.images import image_snapshots
+
+    where = F.col("domain") == "partitions"
+    requested = spark.createDataFrame([(c, IMAGE_AT) for c in CLUSTERS], "cluster_id string, image_offset long")
+    for lake, req, images in ((replayed[0], requested, 1), (replayed_tiny, None, 2)):
+        got = lake.read("image_snapshots").where(where)
+        want = image_snapshots({t: lake.read(t) for t in VERSIONED_TABLES}, req).where(where).select(*got.columns)
+        assert got.count() > 0 and got.select("image_offset").distinct().count() >= images
+        assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_small_runs_use_interpreted_expressions_large_ones_generated_code() -> None:
     """spark.small_run_conf: below SMALL_RUN_ROWS rows a job runs without generated code and without
     adaptive execution; at and above it the session's settings are left alone."""

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
@@ -30,6 +30,7 @@ from kraft_replay.replay.configs import configs
 from kraft_replay.replay.controllers import controllers
 from kraft_replay.replay.delegation_tokens import delegation_tokens
 from kraft_replay.replay.features import features
+from kraft_replay.replay.images import metadata_version_changes
 from kraft_replay.replay.partitions import partitions
 from kraft_replay.replay.producer_ids import producer_ids
 from kraft_replay.replay.records import API, PAYLOAD_COLUMNS
@@ -112,14 +113,20 @@ def with_inputs(domains: set[str]) -> set[str]:
 
 def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
                    loads: DataFrame | None = None, checkpoint: Checkpoint = _same,
-                   domains: set[str] | None = None, partitions_sink=None) -> tuple[dict[str, DataFrame], DataFrame]:  # noqa: ANN001
-    """Facts §5.2-§5.6: the versions of every versioned table (with ``_sid``) and the internal
-    anomaly rows, from the applied records of one or more streams. ``fresh``: the versions of the
-    loaded snapshots' own replays; ``loads``: where they are loaded. ``checkpoint`` materialises the
-    frames several outputs read (e.g. ``DataFrame.localCheckpoint``); the default leaves the plan
-    whole. ``domains``: only these tables (and what they read: topics for partitions and configs);
-    None: every one. ``partitions_sink``: a staged write of the ``partitions`` table the workers
-    write the versions into (:func:`kraft_replay.replay.partitions.partitions`)."""
+                   domains: set[str] | None = None, partitions_sink=None,  # noqa: ANN001
+                   images: Sequence[tuple[str, int]] | None = None,
+                   ) -> tuple[dict[str, DataFrame], DataFrame, DataFrame | None]:
+    """Facts §5.2-§5.6: the versions of every versioned table (with ``_sid``), the internal anomaly
+    rows, and the partitions of the images (or None), from the applied records of one or more
+    streams. ``fresh``: the versions of the loaded snapshots' own replays; ``loads``: where they are
+    loaded. ``checkpoint`` materialises the frames several outputs read (e.g.
+    ``DataFrame.localCheckpoint``); the default leaves the plan whole. ``domains``: only these tables
+    (and what they read: topics for partitions and configs); None: every one. ``partitions_sink``: a
+    staged write of the ``partitions`` table the workers write the versions into
+    (:func:`kraft_replay.replay.partitions.partitions`); with it, ``images`` — the requested
+    ``(cluster_id, offset)`` images of ``image_snapshots`` — makes the workers also pick the main
+    stream's partitions of those images and of every metadata.version change (the features are
+    replayed first, the changes' offsets collected: a few rows)."""
     fr = fresh or {}
     wanted = set(VERSIONED_TABLES) if domains is None else with_inputs(domains)
 
@@ -142,10 +149,17 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
         anomalies.append(a)
         removals = topic_removals(topics_ann)
         replacements = topic_replacements(topics_ann)
+    image_rows, at = None, None
+    if "partitions" in wanted and partitions_sink is not None and images is not None:
+        out["features"], a, _ = features(recs, f("features"), loads)
+        out["features"] = checkpoint(out["features"])
+        anomalies.append(checkpoint(a))
+        changes = metadata_version_changes(out["features"].where(F.col("_sid") == MAIN)).collect()
+        at = sorted({*images, *((r["cluster_id"], r["image_offset"]) for r in changes)})
     if "partitions" in wanted:
         drops = removals.drop("topic_name").unionByName(replacements)
-        out["partitions"], a, dropped = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
-                                                     sink=partitions_sink)
+        out["partitions"], a, dropped, image_rows = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
+                                                                 sink=partitions_sink, images=at)
         a, dropped = checkpoint(a), checkpoint(dropped)  # the versions are computed once already (a copy: ~10 s at 10M)
         anomalies.append(a)
         rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
@@ -164,12 +178,12 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     for name, fn in (("controllers", controllers), ("features", features), ("client_quotas", client_quotas),
                      ("acls", acls), ("scram_credentials", scram_credentials), ("delegation_tokens", delegation_tokens),
                      ("producer_ids", producer_ids), ("zk_migration_state", zk_migration_state)):
-        if name not in wanted:
+        if name not in wanted or name in out:
             continue
         out[name], a, _ = fn(recs, f(name), loads)
         out[name] = checkpoint(out[name])
         anomalies.append(checkpoint(a))
-    return out, checkpoint(union_all(anomalies) if anomalies else _no_anomalies(recs))
+    return out, checkpoint(union_all(anomalies) if anomalies else _no_anomalies(recs)), image_rows
 
 
 def _no_anomalies(recs: DataFrame) -> DataFrame:
@@ -253,7 +267,8 @@ _CATALOG = ("cluster_id string, snapshot_end_offset long, snapshot_epoch int, sn
 
 def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, has_loads: bool | None = None,
                   checkpoint: Checkpoint = _same, resume: Resume | None = None,
-                  partitions_sink=None) -> ReplayTables:  # noqa: ANN001 - a StagedWrite
+                  partitions_sink=None, images: Sequence[tuple[str, int]] | None = None,  # noqa: ANN001
+                  ) -> ReplayTables:
     """Every silver table from the bronze ``metadata_log`` / ``metadata_control`` /
     ``snapshot_records`` DataFrames of any number of clusters. ``has_loads`` False skips the
     snapshot-loading branch of the plan (None: decided with one cheap ``isEmpty`` on the loads).
@@ -276,7 +291,10 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
 
     ``partitions_sink``: a staged write of the ``partitions`` table (not with ``resume``): the
     workers write the log's partition versions into its files, computed during this call, and
-    ``tables["partitions"]`` reads them; the caller commits it (``Lake.commit_staged``)."""
+    ``tables["partitions"]`` reads them; the caller commits it (``Lake.commit_staged``). With it,
+    ``images`` (the requested ``(cluster_id, offset)`` images, maybe none) makes the workers pick the
+    partitions of the ``image_snapshots`` images too: ``stages["partition_images"]`` (the table's
+    columns and ``image_offset``; see :func:`replay_domains`)."""
     spark = log.sparkSession
     for k, v in SESSION_CONF.items():
         spark.conf.set(k, v)
@@ -312,17 +330,20 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
 
     if has_loads is None:
         has_loads = not loads.isEmpty()
+    image_rows = None
     if resume is not None:
         assert partitions_sink is None, "a resumed replay merges its partition versions with the stored ones"
         sid = F.lit(resume.at + 1).cast("long")
         fresh = {t: df.withColumn("_sid", sid) for t, df in resume.image.items()}
-        versions, internal = replay_domains(recs, fresh, loads, checkpoint=checkpoint, domains=set(resume.domains))
+        versions, internal, _ = replay_domains(recs, fresh, loads, checkpoint=checkpoint, domains=set(resume.domains))
     elif has_loads:
-        fresh, fresh_anomalies = replay_domains(_snapshot_records(snapshots, loads), checkpoint=checkpoint)
-        versions, main_anomalies = replay_domains(recs, fresh, loads, checkpoint=checkpoint, partitions_sink=partitions_sink)
+        fresh, fresh_anomalies, _ = replay_domains(_snapshot_records(snapshots, loads), checkpoint=checkpoint)
+        versions, main_anomalies, image_rows = replay_domains(recs, fresh, loads, checkpoint=checkpoint,
+                                                              partitions_sink=partitions_sink, images=images)
         internal = fresh_anomalies.unionByName(main_anomalies)
     else:
-        versions, internal = replay_domains(recs, checkpoint=checkpoint, partitions_sink=partitions_sink)
+        versions, internal, image_rows = replay_domains(recs, checkpoint=checkpoint, partitions_sink=partitions_sink,
+                                                        images=images)
     anomalies = union_all([
         L.conflicting_copies(copies, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
         L.gap_anomalies(gaps), L.transaction_anomalies(txns), finish_anomalies(internal),
@@ -336,4 +357,5 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     assert resume is not None or set(tables) == set(SILVER_TABLES)
     return ReplayTables(tables, L.divergent_quarantine(log, batches),
                         {"batches": batches, "starts": starts, "loads": loads, "records": recs, "spans": spans,
-                         "gaps": gaps, "kept": kept, "txns": txns, "usable": usable})
+                         "gaps": gaps, "kept": kept, "txns": txns, "usable": usable,
+                         **({"partition_images": image_rows} if image_rows is not None else {})})

@@ -82,7 +82,7 @@ def metadata_version_changes(features: DataFrame) -> DataFrame:
 
 
 def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None = None,
-                    since: int | None = None) -> DataFrame:
+                    since: int | None = None, live: dict[str, DataFrame] | None = None) -> DataFrame:
     """The ``image_snapshots`` table (schemas.IMAGE_SNAPSHOTS_SCHEMA): the full image — every live
     entity of every domain in ``versions`` — at each metadata.version change
     (:func:`metadata_version_changes`, trigger ``METADATA_VERSION_CHANGE``) and at each row of
@@ -91,7 +91,10 @@ def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None 
     §6.3): what the snapshot written at the image's ``metadata_version_level`` leaves out of the entity
     (:func:`kraft_replay.replay.losses.dropped_at`; a null field is the whole entity) — after a lossy
     metadata.version downgrade, the snapshot written at the new level and what it dropped. ``since``:
-    only the images at offsets after it (an incremental replay's)."""
+    only the images at offsets after it (an incremental replay's). ``live``: per domain, its entities
+    of the images already picked (the table's columns and ``image_offset``, visible at that offset:
+    at least every image's; e.g. the partitions the replay's tasks picked as they wrote them) —
+    joined on the image instead of the range join over every version."""
     at = metadata_version_changes(versions["features"]).withColumn("trigger", F.lit("METADATA_VERSION_CHANGE"))
     if since is not None:
         at = at.where(F.col("image_offset") > F.lit(since))
@@ -110,7 +113,11 @@ def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None 
     for d, v in versions.items():
         spec = SILVER_TABLES[d]
         keys, cols = list(spec.key_names), entity_columns(d)
-        j = as_of_range(v, at, "image_offset")
+        if live is not None and d in live:
+            j = at.alias("_o").join(live[d].alias("_v"), (F.col("_o.cluster_id") == F.col("_v.cluster_id"))
+                                    & (F.col("_o.image_offset") == F.col("_v.image_offset")))
+        else:
+            j = as_of_range(v, at, "image_offset")
         parts.append(j.select(
             F.col("_o.cluster_id").alias("cluster_id"), F.col("_o.image_offset").alias("image_offset"),
             F.col("_o.trigger").alias("trigger"), F.col("_o.metadata_version_level").alias("metadata_version_level"),

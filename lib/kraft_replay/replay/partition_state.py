@@ -37,14 +37,14 @@ from kraft_replay.replay.records import ZERO_UUID
 from kraft_replay.spark.arrow import arrow_schema, codes
 
 __all__ = ["partition_state", "STATE_INPUT", "STATE_OUTPUT", "FIELDS", "MAX_FIXPOINT_PASSES", "VERSION", "ANOMALY",
-           "CLOSED"]
+           "CLOSED", "IMAGE"]
 
 LISTS = ["replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr"]
 #: the versioned fields, in the table's order (the order of ``changed_fields``)
 FIELDS = ["topic_name", "replicas", "isr", "removing_replicas", "adding_replicas", "leader", "leader_recovery_state",
           "leader_epoch", "partition_epoch", "directories", "eligible_leader_replicas", "last_known_elr"]
 MAX_FIXPOINT_PASSES = 64
-VERSION, ANOMALY, CLOSED = 0, 1, 2
+VERSION, ANOMALY, CLOSED, IMAGE = 0, 1, 2, 3
 
 #: one row per event: ``kind`` PR (PartitionRecord), PC (PartitionChangeRecord), S (a loaded
 #: snapshot's partition), T (a topic's removal: tombstone candidate), SA (absent from a loaded
@@ -58,7 +58,8 @@ STATE_INPUT = (
     "_t_exists boolean, _t_name string")
 #: ``_row`` :data:`VERSION`: a version (the table's columns; times in µs); :data:`ANOMALY`: an event
 #: that did not apply (``_code``, ``_msg``, ``_ord``, ``record_type``); :data:`CLOSED`: a tombstone of
-#: an existing partition (``record_offset``)
+#: an existing partition (``record_offset``); :data:`IMAGE`: a version visible at an image's offset
+#: (``_ord``; made by the caller, :func:`kraft_replay.replay.partitions.live_at`)
 STATE_OUTPUT = (
     "cluster_id string, _sid long, topic_id string, partition_id int, _row int, topic_name string, "
     "replicas array<int>, isr array<int>, removing_replicas array<int>, adding_replicas array<int>, leader int, "
@@ -117,14 +118,18 @@ def _real(col: pa.Array) -> np.ndarray:
 
 class _Sorted:
     """A task's events in (partition, visible offset, offset, order) order, with the partition's first
-    row of each row (``first``) for running values that restart at each partition."""
+    row of each row (``first``) for running values that restart at each partition. The rows stay
+    where they came (``raw``); ``order`` maps a sorted row to its raw row: per-row checks are numpy
+    arrays put in order, and a column's values are taken from the raw rows once, where needed
+    (:meth:`pick`, :class:`_Field`)."""
 
     def __init__(self, t: pa.Table) -> None:
+        self.raw = t.combine_chunks()
         keys = [codes(t.column("cluster_id"))[0], _np(t.column("_sid"), -2).astype(np.int64),
                 codes(t.column("topic_id"))[0], _np(t.column("partition_id"), -1).astype(np.int64)]
         kind = codes(t.column("kind"))[0]
         order = np.lexsort((kind, _np(t.column("_sub")), _np(t.column("_ord")), _np(t.column("_vis")), *keys[::-1]))
-        self.t = t.take(order).combine_chunks()
+        self.order = order
         keys = [k[order] for k in keys]
         n = self.n = len(order)
         new = np.zeros(n, bool)
@@ -136,11 +141,30 @@ class _Sorted:
         self.first = np.flatnonzero(new)[self.part]
         self.rows = np.arange(n, dtype=np.int64)
 
-    def col(self, name: str) -> pa.Array:
-        return self.t.column(name).chunk(0) if self.t.column(name).num_chunks else pa.array([], self.t.schema.field(name).type)
+    def raw_col(self, name: str) -> pa.Array:
+        c = self.raw.column(name)
+        return c.chunk(0) if c.num_chunks else pa.array([], self.raw.schema.field(name).type)
+
+    def source(self, idx: np.ndarray) -> np.ndarray:
+        """Sorted rows ``idx`` as raw rows (−1 stays −1)."""
+        return np.where(idx >= 0, self.order[np.maximum(idx, 0)], -1)
+
+    def raw_np(self, values: np.ndarray) -> np.ndarray:
+        """A per-raw-row array in sorted order."""
+        return values[self.order]
+
+    def valid(self, name: str) -> np.ndarray:
+        return _valid(self.raw_col(name))[self.order]
+
+    def ints(self, name: str, fill: int = 0) -> np.ndarray:
+        return _np(self.raw_col(name), fill)[self.order]
+
+    def pick(self, name: str, idx: np.ndarray) -> pa.Array:
+        """Column ``name`` at sorted rows ``idx`` (null where ``idx`` < 0), taken from the raw rows."""
+        return _take(self.raw_col(name), self.source(idx))
 
     def kind(self, k: str) -> np.ndarray:
-        return _bools(pc.equal(self.col("kind"), k))
+        return _bools(pc.equal(self.raw_col("kind"), k))[self.order]
 
     def last_set(self, mask: np.ndarray) -> np.ndarray:
         """Per row, the last row of its partition at or before it where ``mask`` holds (−1: none)."""
@@ -193,12 +217,13 @@ class _Carried:
 def _events(s: _Sorted) -> dict:
     """Record-local checks and the existence of the partition just before each event."""
     pr, pcr, snap, tomb, absent = (s.kind(k) for k in ("PR", "PC", "S", "T", "SA"))
-    lrs_valid = _valid(s.col("r_lrs"))
-    lrs = _np(s.col("r_lrs"), -99)
-    topic_ok = _bools(s.col("_t_exists"))
-    dirs, replicas = s.col("r_dirs"), s.col("r_replicas")
+    lrs_valid = s.valid("r_lrs")
+    lrs = s.ints("r_lrs", -99)
+    topic_ok = s.ints("_t_exists", False).astype(bool)
+    dirs, replicas = s.raw_col("r_dirs"), s.raw_col("r_replicas")
     ev = {"pr": pr, "pc": pcr, "snap": snap, "tomb": tomb, "absent": absent, "topic_ok": topic_ok,
-          "dirs_size": _list_sizes(dirs), "replicas_size": _list_sizes(replicas), "dirs_real": _real(dirs)}
+          "dirs_size": _list_sizes(dirs)[s.order], "replicas_size": _list_sizes(replicas)[s.order],
+          "dirs_real": _real(dirs)[s.order]}
     pr_dirs_ok = ~ev["dirs_real"] | (ev["dirs_size"] == ev["replicas_size"])
     lrs01 = lrs_valid & np.isin(lrs, (0, 1))
     ev["pr_applies"] = pr & topic_ok & lrs01 & pr_dirs_ok
@@ -213,12 +238,12 @@ def _events(s: _Sorted) -> dict:
     ev["pc_local"] = pcr & topic_ok & ev["lrs_pc_ok"]
     ev["pc_pre"] = ev["pc_local"] & ev["exists_before"]
     for x in LISTS:
-        ev[f"{x}_set"] = _valid(s.col(f"r_{x}"))
-    ev["leader_set"] = _valid(s.col("r_leader"))
-    ev["dirs_set"] = _valid(dirs)
+        ev[f"{x}_set"] = s.valid(f"r_{x}")
+    ev["leader_set"] = s.valid("r_leader")
+    ev["dirs_set"] = s.valid("r_dirs")
     ev["lrs_set"] = lrs_valid & (lrs != -1)
-    ev["le"], ev["le_valid"] = _np(s.col("r_le")).astype(np.int64), _valid(s.col("r_le"))
-    ev["pe"], ev["pe_valid"] = _np(s.col("r_pe")).astype(np.int64), _valid(s.col("r_pe"))
+    ev["le"], ev["le_valid"] = s.ints("r_le").astype(np.int64), s.valid("r_le")
+    ev["pe"], ev["pe_valid"] = s.ints("r_pe").astype(np.int64), s.valid("r_pe")
     return ev
 
 
@@ -240,27 +265,56 @@ def _resolve(s: _Sorted, ev: dict) -> tuple[_Carried, list[np.ndarray]]:
     raise RuntimeError(f"partitions: directory mismatches did not settle in {MAX_FIXPOINT_PASSES} passes")
 
 
-def _fields_at(s: _Sorted, ev: dict, c: _Carried, rows: np.ndarray) -> dict[str, pa.Array]:
-    """The state after each of ``rows`` (every field; directories with the MIGRATING default)."""
-    out: dict[str, pa.Array] = {}
-    reset = c.reset[rows]
-    names = pc.coalesce(s.col("r_topic_name"), s.col("_t_name"))
-    out["topic_name"] = _take(names, reset)
+class _Field:
+    """A field's value at some rows: ``values`` taken at ``src`` (−1: null). Rows with the same source
+    hold the same value, so comparisons look at the values only where the sources differ."""
+
+    def __init__(self, values: pa.Array, src: np.ndarray) -> None:
+        self.values, self.src = values, src
+
+    def at(self, idx: np.ndarray) -> pa.Array:
+        """The values at positions ``idx`` (null where ``idx`` < 0)."""
+        return _take(self.values, np.where(idx >= 0, self.src[np.maximum(idx, 0)], -1))
+
+    def only(self, idx: np.ndarray) -> "_Field":
+        return _Field(self.values, self.src[idx])
+
+    def same(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Whether the values at positions ``i`` and ``j`` are equal (null-safe; lists by value)."""
+        a, b = self.src[i], self.src[j]
+        eq = a == b
+        d = np.flatnonzero(~eq)
+        if d.size:
+            eq[d] = _equal(_take(self.values, a[d]), _take(self.values, b[d]))
+        return eq
+
+
+def _fields_at(s: _Sorted, ev: dict, c: _Carried, rows: np.ndarray) -> dict[str, _Field]:
+    """The state after each of ``rows`` (every field; directories with the MIGRATING default), as
+    where each value comes from: the raw row that set it (the epochs: computed)."""
+    out: dict[str, _Field] = {}
+    names = pc.coalesce(s.raw_col("r_topic_name"), s.raw_col("_t_name"))
+    out["topic_name"] = _Field(names, s.source(c.reset[rows]))
     for x in LISTS:
-        out[x] = _take(s.col(f"r_{x}"), c.idx[x][rows])
-    out["leader"] = _take(s.col("r_leader"), c.idx["leader"][rows])
-    out["leader_recovery_state"] = _take(s.col("r_lrs"), c.idx["lrs"][rows])
-    out["leader_epoch"] = pa.array(c.le[rows].astype(np.int32), mask=~c.le_valid[rows])
-    out["partition_epoch"] = pa.array(c.pe[rows].astype(np.int32), mask=~c.pe_valid[rows])
+        out[x] = _Field(s.raw_col(f"r_{x}"), s.source(c.idx[x][rows]))
+    out["leader"] = _Field(s.raw_col("r_leader"), s.source(c.idx["leader"][rows]))
+    out["leader_recovery_state"] = _Field(s.raw_col("r_lrs"), s.source(c.idx["lrs"][rows]))
+    own = np.arange(len(rows), dtype=np.int64)
+    out["leader_epoch"] = _Field(pa.array(c.le[rows].astype(np.int32), mask=~c.le_valid[rows]), own)
+    out["partition_epoch"] = _Field(pa.array(c.pe[rows].astype(np.int32), mask=~c.pe_valid[rows]), own)
     d = c.idx["dirs"][rows]
-    dirs = _take(s.col("r_dirs"), d)
     real = (d >= 0) & ev["dirs_real"][np.maximum(d, 0)]
-    # not real: one zero directory per replica (none when the replicas are unknown)
-    sizes = np.maximum(_list_sizes(out["replicas"]), 0)
-    offsets = np.zeros(len(rows) + 1, np.int32)
-    np.cumsum(sizes, out=offsets[1:])
-    zeros = pa.ListArray.from_arrays(pa.array(offsets), pa.array([ZERO_UUID]).take(pa.array(np.zeros(offsets[-1], np.int32))))
-    out["directories"] = pc.if_else(pa.array(real), dirs, zeros)
+    # not real: one zero directory per replica (none when the replicas are unknown): the k-th of the
+    # lists appended after the raw ones holds k zeros
+    rp = c.idx["replicas"][rows]
+    sizes = np.where(rp >= 0, np.maximum(ev["replicas_size"][np.maximum(rp, 0)], 0), 0)
+    lengths = np.unique(sizes)  # one list of zeros per length present
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    zeros = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array([ZERO_UUID] * int(offsets[-1]), pa.string()))
+    raw = s.raw_col("r_dirs")
+    values = pa.concat_arrays([raw, zeros.cast(raw.type)])
+    out["directories"] = _Field(values, np.where(real, s.source(d), len(raw) + np.searchsorted(lengths, sizes)))
     return out
 
 
@@ -306,22 +360,20 @@ def _versions(s: _Sorted, ev: dict, c: _Carried) -> pa.Table:
     check = np.flatnonzero(from_snap & ~deleted & exists)
     if check.size:
         same = np.ones(check.size, bool)
-        ic, ip = pa.array(check), pa.array(prev[check])
         for name in FIELDS:
-            same &= _equal(f[name].take(ic), f[name].take(ip))
+            same &= f[name].same(check, prev[check])
         keep[check[same]] = False
     kept = np.flatnonzero(keep)
     rows, deleted = rows[kept], deleted[kept]
-    f = {k: v.take(pa.array(kept)) for k, v in f.items()}
+    f = {k: v.only(kept) for k, v in f.items()}
     prev, nxt = _neighbours(s.part[rows])
     # changed_fields: all after no version or a tombstone, those that differ otherwise; null on a tombstone
     n = len(rows)
     changed = np.ones((n, len(FIELDS)), bool)
     cmp = np.flatnonzero((prev >= 0) & ~deleted & ~deleted[np.maximum(prev, 0)])
     if cmp.size:
-        ic, ip = pa.array(cmp), pa.array(prev[cmp])
         for j, name in enumerate(FIELDS):
-            changed[cmp, j] = ~_equal(f[name].take(ic), f[name].take(ip))
+            changed[cmp, j] = ~f[name].same(cmp, prev[cmp])
     changed[deleted] = False
     counts = changed.sum(axis=1)
     offsets = np.zeros(n + 1, np.int32)
@@ -329,18 +381,18 @@ def _versions(s: _Sorted, ev: dict, c: _Carried) -> pa.Table:
     names = pa.array(FIELDS).take(pa.array(np.nonzero(changed)[1].astype(np.int32)))
     changed_fields = pa.ListArray.from_arrays(pa.array(offsets), names, mask=pa.array(deleted))
 
-    live = pa.array(np.arange(n), mask=deleted)
-    out = {k: s.col(k).take(pa.array(rows)) for k in ("cluster_id", "_sid", "topic_id", "partition_id")}
+    live = np.where(deleted, -1, np.arange(n))
+    out = {k: s.pick(k, rows) for k in ("cluster_id", "_sid", "topic_id", "partition_id")}
     out["_row"] = pa.array(np.full(n, VERSION, np.int32))
     for name in FIELDS:
-        out[name] = f[name].take(live)
+        out[name] = f[name].at(live)
     out["changed_fields"] = changed_fields
     out["deleted"] = pa.array(deleted)
-    vis, vtime = s.col("_vis").take(pa.array(rows)), s.col("_vtime").take(pa.array(rows))
-    out["valid_from_offset"], out["_from_us"] = vis, vtime
-    out["valid_to_offset"], out["_to_us"] = _take(vis, nxt), _take(vtime, nxt)
+    to = np.where(nxt >= 0, rows[np.maximum(nxt, 0)], -1)
+    out["valid_from_offset"], out["_from_us"] = s.pick("_vis", rows), s.pick("_vtime", rows)
+    out["valid_to_offset"], out["_to_us"] = s.pick("_vis", to), s.pick("_vtime", to)
     for k in ("record_offset", "record_type", "snapshot_end_offset", "_ord"):
-        out[k] = s.col(k).take(pa.array(rows))
+        out[k] = s.pick(k, rows)
     return _table(out, n)
 
 
@@ -375,7 +427,7 @@ def _anomalies(s: _Sorted, ev: dict, failed_found: list[np.ndarray]) -> pa.Table
         rows = np.flatnonzero(mask & ~taken)
         taken |= mask
         if rows.size:
-            a = {k: s.col(k).take(pa.array(rows)) for k in ("topic_id", "partition_id", "r_lrs", "r_dirs", "r_replicas")}
+            a = {k: s.pick(k, rows) for k in ("topic_id", "partition_id", "r_lrs", "r_dirs", "r_replicas")}
             parts.append((rows, code, message(a)))
     for found in failed_found:  # the changes the fixpoint failed, with the sizes it found
         rows, dirs, replicas = found
@@ -385,7 +437,7 @@ def _anomalies(s: _Sorted, ev: dict, failed_found: list[np.ndarray]) -> pa.Table
         return _table({}, 0)
     rows = np.concatenate([p[0] for p in parts])
     n = len(rows)
-    out = {k: s.col(k).take(pa.array(rows)) for k in ("cluster_id", "_sid", "topic_id", "partition_id", "_ord", "record_type")}
+    out = {k: s.pick(k, rows) for k in ("cluster_id", "_sid", "topic_id", "partition_id", "_ord", "record_type")}
     out["_row"] = pa.array(np.full(n, ANOMALY, np.int32))
     out["_code"] = pa.array(np.concatenate([np.full(len(p[0]), p[1], object) for p in parts]), pa.string())
     out["_msg"] = pa.concat_arrays([p[2] for p in parts])
@@ -394,8 +446,8 @@ def _anomalies(s: _Sorted, ev: dict, failed_found: list[np.ndarray]) -> pa.Table
 
 def _closed(s: _Sorted, ev: dict) -> pa.Table:
     """The tombstones that close a partition existing just before them (counted per record by Spark)."""
-    rows = pa.array(np.flatnonzero(ev["tomb"] & ev["exists_before"]))
-    out = {k: s.col(k).take(rows) for k in ("cluster_id", "_sid", "topic_id", "partition_id", "record_offset")}
+    rows = np.flatnonzero(ev["tomb"] & ev["exists_before"])
+    out = {k: s.pick(k, rows) for k in ("cluster_id", "_sid", "topic_id", "partition_id", "record_offset")}
     out["_row"] = pa.array(np.full(len(rows), CLOSED, np.int32))
     return _table(out, len(rows))
 

@@ -21,8 +21,9 @@ batches").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
@@ -30,7 +31,7 @@ from pyspark.sql import functions as F
 
 from kraft_replay.lake.staged import StagedWrite, read_staged, write_staged_arrow
 from kraft_replay.replay.partition_state import (
-    ANOMALY, CLOSED, LISTS, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
+    ANOMALY, CLOSED, IMAGE, LISTS, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
 )
 from kraft_replay.replay.records import API
 from kraft_replay.replay.versioning import MAIN, STREAM, anomaly, current, spark_type
@@ -38,7 +39,7 @@ from kraft_replay.replay.schemas import SILVER_TABLES
 from kraft_replay.spark import lineage_cut
 from kraft_replay.spark.arrow import ddl_fields
 
-__all__ = ["partition_events", "partitions"]
+__all__ = ["partition_events", "partitions", "live_at"]
 
 KEY = ["topic_id", "partition_id"]
 #: about this many events per task (a task's events are in Python memory at once: ~1 KiB each at the peak)
@@ -161,11 +162,41 @@ def _contract(batch: pa.RecordBatch) -> pa.RecordBatch:
                                       schema=spec.schema)
 
 
-def _writing_versions(sink: StagedWrite) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def live_at(versions: pa.RecordBatch, at: Sequence[tuple[str, int]]) -> pa.RecordBatch | None:
+    """The rows of ``versions`` (:data:`STATE_OUTPUT` version rows) visible at each ``(cluster_id,
+    offset)`` of ``at`` — ``valid_from_offset <= offset < valid_to_offset`` (open: current) and not
+    deleted, the rule of :func:`kraft_replay.replay.images.as_of` — as ``_row`` :data:`IMAGE` rows
+    with the offset in ``_ord``; None when there are none."""
+    if not at or not versions.num_rows:
+        return None
+    cluster = versions.column("cluster_id")
+    start = versions.column("valid_from_offset").to_numpy(zero_copy_only=False)
+    end = versions.column("valid_to_offset")
+    open_ = end.is_null().to_numpy(zero_copy_only=False)
+    end = end.fill_null(0).to_numpy(zero_copy_only=False)
+    alive = ~versions.column("deleted").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    parts = []
+    for c in sorted({c for c, _ in at}):
+        mine = alive & pc.equal(cluster, c).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+        for o in sorted({o for cc, o in at if cc == c}):
+            rows = np.flatnonzero(mine & (start <= o) & (open_ | (o < end)))
+            if rows.size:
+                sub = versions.take(pa.array(rows))
+                sub = sub.set_column(sub.schema.get_field_index("_row"), "_row", pa.array(np.full(rows.size, IMAGE, np.int32)))
+                parts.append(sub.set_column(sub.schema.get_field_index("_ord"), "_ord", pa.array(np.full(rows.size, o, np.int64))))
+    if not parts:
+        return None
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
+                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """:func:`partition_state` whose versions of the main stream go into ``sink``'s files (written by
     this worker with pyarrow, named after the task's partition: a retried task rewrites its own
     files) instead of back to the JVM; the other rows (anomalies, tombstones, versions of other
-    streams) come out as usual."""
+    streams) come out as usual, and so do the main versions visible at each ``(cluster_id, offset)``
+    of ``images`` (:func:`live_at`: the partitions of those images, so that ``image_snapshots`` does
+    not read every version back)."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -178,7 +209,11 @@ def _writing_versions(sink: StagedWrite) -> Callable[[Iterator[pa.RecordBatch]],
                 if other.num_rows:
                     rest.append(other)
                 if other.num_rows < b.num_rows:
-                    yield _contract(b.filter(main))
+                    mine = b.filter(main)
+                    live = live_at(mine, images)
+                    if live is not None:
+                        rest.append(live)
+                    yield _contract(mine)
 
         ctx = TaskContext.get()
         write_staged_arrow(sink, versions(), part_id=f"{ctx.partitionId() if ctx else 0:05d}")
@@ -188,12 +223,15 @@ def _writing_versions(sink: StagedWrite) -> Callable[[Iterator[pa.RecordBatch]],
 
 def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFrame,
                fresh: DataFrame | None = None, loads: DataFrame | None = None,
-               sink: StagedWrite | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """Facts §5.2 / §5.6: ``(versions, anomalies, dropped)`` of the ``partitions`` table.
+               sink: StagedWrite | None = None, images: Sequence[tuple[str, int]] | None = None,
+               ) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame | None]:
+    """Facts §5.2 / §5.6: ``(versions, anomalies, dropped, image_rows)`` of the ``partitions`` table.
     ``topic_annotated``: the annotated topic events (:func:`kraft_replay.replay.topics.topics`);
     ``topic_drops``: the applied RemoveTopicRecords and re-creating TopicRecords (their partitions
     are closed); ``dropped``: per such record (stream, ``topic_id``, ``record_offset``), how many
-    partitions it closed.
+    partitions it closed. ``images`` (with ``sink``): ``image_rows`` are the versions of the main
+    stream visible at each ``(cluster_id, offset)`` of it — the table's columns and ``image_offset``
+    — picked by the tasks that write them (None without: ``image_snapshots`` joins the versions).
 
     One shuffle (by partition), no sort: the topic state comes from a broadcast range join, the state,
     the versions and the anomalies from :func:`~kraft_replay.replay.partition_state.partition_state`
@@ -211,20 +249,22 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
                       for c, t in _INPUT])
     tasks = max(int(recs.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-_rows(recs) // TASK_ROWS))
     state = inp.repartition(tasks, *STREAM, *KEY).mapInArrow(
-        partition_state if sink is None else _writing_versions(sink), STATE_OUTPUT)
+        partition_state if sink is None else _writing_versions(sink, images or ()), STATE_OUTPUT)
     # with a sink: computed now, so that its files are there to be read
     out = lineage_cut(state, eager=sink is not None)
 
     row = F.col("_row")
     spec = SILVER_TABLES["partitions"]
     cols = {name: F.timestamp_micros(us) for name, us in _TIMES.items()}
-    versions = out.where(row == VERSION).select(
-        "_sid", *[cols.get(f.name, F.col(f.name)).cast(spark_type(f.type)).alias(f.name) for f in spec.schema])
+    typed = [cols.get(f.name, F.col(f.name)).cast(spark_type(f.type)).alias(f.name) for f in spec.schema]
+    versions = out.where(row == VERSION).select("_sid", *typed)
     if sink is not None:
         written = read_staged(recs.sparkSession, sink)
         versions = versions.unionByName(written.select(F.lit(MAIN).cast("long").alias("_sid"), *[f.name for f in spec.schema]))
-    few = lineage_cut(out.where(row != VERSION))  # the anomalies and closing tombstones: one scan for both
+    few = lineage_cut(out.where(row != VERSION))  # anomalies, closing tombstones, image rows: one scan for all
     anomalies = anomaly(few.where(row == ANOMALY), F.col("_code"), _entity(), F.col("_msg"), offset=F.col("_ord"))
     dropped = (few.where(row == CLOSED).groupBy(*STREAM, "topic_id", "record_offset")
                .agg(F.count(F.lit(1)).alias("dropped")))
-    return versions, anomalies, dropped
+    image_rows = (few.where(row == IMAGE).select(F.col("_ord").alias("image_offset"), *typed)
+                  if sink is not None and images is not None else None)
+    return versions, anomalies, dropped, image_rows

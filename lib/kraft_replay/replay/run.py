@@ -287,7 +287,9 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
         lake.create_table("partitions", spark_schema("partitions"), partition_by=list(spec.partition_by))
         sink = lake.new_staging("partitions")
     try:  # until the run starts (it aborts the sink itself)
-        res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt, partitions_sink=sink)
+        pairs = [(c, o) for c in clusters for o in sorted(set(image_at))]  # the requested images
+        res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt, partitions_sink=sink,
+                                          images=pairs if sink is not None else None)
         # one row per cluster, read three times (its table, the progress, the summary): computed once
         res.tables["log_commit"] = res["log_commit"].localCheckpoint(eager=True)
         say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
@@ -316,9 +318,9 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
                 r = lake.overwrite(name, res[name], replace_where=where)
             summary.rows[name] = r.rows
             say(f"  {name}: {r.rows} rows (v{r.version}, {time.time() - t0:.0f} s)")
-        requested = (spark.createDataFrame([(c, o) for c in clusters for o in sorted(set(image_at))],
-                                           "cluster_id string, image_offset long") if image_at else None)
-        snaps = image_snapshots({t: res[t] for t in VERSIONED_TABLES}, requested)
+        requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long") if pairs else None
+        live = {"partitions": res.stages["partition_images"]} if "partition_images" in res.stages else None
+        snaps = image_snapshots({t: res[t] for t in VERSIONED_TABLES}, requested, live=live)
         lake.create_table(IMAGE_SNAPSHOTS, from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"], evolve=True)
         r = lake.overwrite(IMAGE_SNAPSHOTS, snaps, replace_where=where)
         summary.rows[IMAGE_SNAPSHOTS] = r.rows
