@@ -149,10 +149,6 @@ class _Sorted:
         """Sorted rows ``idx`` as raw rows (−1 stays −1)."""
         return np.where(idx >= 0, self.order[np.maximum(idx, 0)], -1)
 
-    def raw_np(self, values: np.ndarray) -> np.ndarray:
-        """A per-raw-row array in sorted order."""
-        return values[self.order]
-
     def valid(self, name: str) -> np.ndarray:
         return _valid(self.raw_col(name))[self.order]
 
@@ -304,8 +300,8 @@ def _fields_at(s: _Sorted, ev: dict, c: _Carried, rows: np.ndarray) -> dict[str,
     out["partition_epoch"] = _Field(pa.array(c.pe[rows].astype(np.int32), mask=~c.pe_valid[rows]), own)
     d = c.idx["dirs"][rows]
     real = (d >= 0) & ev["dirs_real"][np.maximum(d, 0)]
-    # not real: one zero directory per replica (none when the replicas are unknown): the k-th of the
-    # lists appended after the raw ones holds k zeros
+    # not real: one zero directory per replica (none when the replicas are unknown), taken from the
+    # lists of zeros appended after the raw ones, one per length present
     rp = c.idx["replicas"][rows]
     sizes = np.where(rp >= 0, np.maximum(ev["replicas_size"][np.maximum(rp, 0)], 0), 0)
     lengths = np.unique(sizes)  # one list of zeros per length present
