@@ -100,6 +100,11 @@ def _take(col: pa.Array, idx: np.ndarray) -> pa.Array:
     return col.take(pa.array(np.maximum(idx, 0), mask=idx < 0))
 
 
+def _through(index: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``index`` at ``idx`` (−1 where ``idx`` < 0: no row stays no row)."""
+    return np.where(idx >= 0, index[np.maximum(idx, 0)], -1)
+
+
 def _list_sizes(col: pa.Array) -> np.ndarray:
     return _np(pc.list_value_length(col), -1).astype(np.int64)
 
@@ -147,7 +152,7 @@ class _Sorted:
 
     def source(self, idx: np.ndarray) -> np.ndarray:
         """Sorted rows ``idx`` as raw rows (−1 stays −1)."""
-        return np.where(idx >= 0, self.order[np.maximum(idx, 0)], -1)
+        return _through(self.order, idx)
 
     def valid(self, name: str) -> np.ndarray:
         return _valid(self.raw_col(name))[self.order]
@@ -270,7 +275,7 @@ class _Field:
 
     def at(self, idx: np.ndarray) -> pa.Array:
         """The values at positions ``idx`` (null where ``idx`` < 0)."""
-        return _take(self.values, np.where(idx >= 0, self.src[np.maximum(idx, 0)], -1))
+        return _take(self.values, _through(self.src, idx))
 
     def only(self, idx: np.ndarray) -> "_Field":
         return _Field(self.values, self.src[idx])
@@ -384,7 +389,7 @@ def _versions(s: _Sorted, ev: dict, c: _Carried) -> pa.Table:
         out[name] = f[name].at(live)
     out["changed_fields"] = changed_fields
     out["deleted"] = pa.array(deleted)
-    to = np.where(nxt >= 0, rows[np.maximum(nxt, 0)], -1)
+    to = _through(rows, nxt)
     out["valid_from_offset"], out["_from_us"] = s.pick("_vis", rows), s.pick("_vtime", rows)
     out["valid_to_offset"], out["_to_us"] = s.pick("_vis", to), s.pick("_vtime", to)
     for k in ("record_offset", "record_type", "snapshot_end_offset", "_ord"):
