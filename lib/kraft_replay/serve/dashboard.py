@@ -159,8 +159,9 @@ OUTPUTS: dict[str, Output] = {
 
 
 def create_app(lake_root: str, refresh_ms: int = 3000) -> dash.Dash:
-    """The dashboard of the lake at ``lake_root``, polling every ``refresh_ms`` milliseconds. The lake
-    root stays on the server: the registered callback passes it to :func:`refresh`."""
+    """The dashboard of the lake at ``lake_root``, polling every ``refresh_ms`` milliseconds (the timer
+    waits while a tick runs, so ticks never overlap). The lake root stays on the server: the registered
+    callback passes it to :func:`refresh`."""
     app = dash.Dash(__name__, title="kraft-replay dashboard", update_title=None)
     app.layout = layout(lake_root, refresh_ms)
 
@@ -173,5 +174,8 @@ def create_app(lake_root: str, refresh_ms: int = 3000) -> dash.Dash:
         inputs={"n_intervals": Input("tick", "n_intervals"), "cluster": Input("cluster", "value"),
                 "brokers": Input("brokers", "value"), "start": Input("start", "value"), "end": Input("end", "value")},
         state={"shown": State("shown", "data")},
+        # the timer stops while a tick runs: a tick slower than the interval would otherwise be overtaken by
+        # the next one, whose request makes the page drop the earlier answer, and the charts would never draw
+        running=[(Output("tick", "disabled"), True, False)],
     )(refresh_page)
     return app
