@@ -114,7 +114,7 @@ def with_inputs(domains: set[str]) -> set[str]:
 def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
                    loads: DataFrame | None = None, checkpoint: Checkpoint = _same,
                    domains: set[str] | None = None, partitions_sink=None,  # noqa: ANN001
-                   images: Sequence[tuple[str, int]] | None = None,
+                   images: Sequence[tuple[str, int]] | None = None, rows: int | None = None,
                    ) -> tuple[dict[str, DataFrame], DataFrame, DataFrame | None]:
     """Facts §5.2-§5.6: the versions of every versioned table (with ``_sid``), the internal anomaly
     rows, and the partitions of the images (or None), from the applied records of one or more
@@ -126,7 +126,8 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     (:func:`kraft_replay.replay.partitions.partitions`); with it, ``images`` — the requested
     ``(cluster_id, offset)`` images of ``image_snapshots`` — makes the workers also pick the main
     stream's partitions of those images and of every metadata.version change (the features are
-    replayed first, the changes' offsets collected: a few rows)."""
+    replayed first, the changes' offsets collected: a few rows). ``rows``: at least as many as the
+    partition records in ``recs``, when known (it sizes the partitions' tasks; else they are counted)."""
     fr = fresh or {}
     wanted = set(VERSIONED_TABLES) if domains is None else with_inputs(domains)
 
@@ -139,8 +140,11 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     is_part = F.col("api_key").isin(API["PARTITION"], API["PARTITION_CHANGE"])
     part_cols = [c for c in ("partition", "partition_change") if c in recs.columns]
     if "partitions" in wanted:
-        part_recs = checkpoint(recs.where(is_part).select(
-            *[c for c in recs.columns if c not in PAYLOAD_COLUMNS], *part_cols))
+        # not materialised: its three readers (the count, the partition keys, the state's events) read
+        # the bronze files through broadcast joins, pruned to the columns each needs; as a checkpoint
+        # its wide rows were copied into the block store (spilled to disk at 100M) and read back whole
+        part_recs = recs.where(is_part).select(
+            *[c for c in recs.columns if c not in PAYLOAD_COLUMNS], *part_cols)
     recs = checkpoint(recs.where(~is_part).drop(*part_cols))  # the other domains read no partition payload
     if "topics" in wanted:
         out["topics"], a, topics_ann = topics(recs, f("topics"), loads)
@@ -159,7 +163,7 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     if "partitions" in wanted:
         drops = removals.drop("topic_name").unionByName(replacements)
         out["partitions"], a, dropped, image_rows = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
-                                                                 sink=partitions_sink, images=at)
+                                                                 sink=partitions_sink, images=at, rows=rows)
         a, dropped = checkpoint(a), checkpoint(dropped)  # the versions are computed once already (a copy: ~10 s at 10M)
         anomalies.append(a)
         rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
@@ -214,7 +218,9 @@ def log_commit(starts: DataFrame, commit: DataFrame, batches: DataFrame, kept: D
         F.max_by("batch_leader_epoch", F.struct("batch_base_offset", "batch_leader_epoch")).alias("last_batch_leader_epoch"),
         F.count(F.lit(1)).alias("batches"))
     div = batches.where(F.col("divergent")).groupBy("cluster_id").agg(F.sum("records").alias("divergent_records"))
-    replayed = (kept.where(F.col("_copy") == 1).join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+    # starts broadcast (one row per cluster): with no size statistics of its own, Spark broadcast the
+    # kept records instead (10M rows, ~10 s more; a 2 GiB driver ran out of memory building the table)
+    replayed = (kept.where(F.col("_copy") == 1).join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
                 .where(F.col("offset") >= F.col("replay_start_offset")).groupBy("cluster_id")
                 .agg(F.count(F.lit(1)).alias("replayed_records")))
     g = gaps.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("offset_gaps"))
@@ -268,7 +274,7 @@ _CATALOG = ("cluster_id string, snapshot_end_offset long, snapshot_epoch int, sn
 def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, has_loads: bool | None = None,
                   checkpoint: Checkpoint = _same, resume: Resume | None = None,
                   partitions_sink=None, images: Sequence[tuple[str, int]] | None = None,  # noqa: ANN001
-                  ) -> ReplayTables:
+                  clusters: Sequence[str] | None = None, log_rows: int | None = None) -> ReplayTables:
     """Every silver table from the bronze ``metadata_log`` / ``metadata_control`` /
     ``snapshot_records`` DataFrames of any number of clusters. ``has_loads`` False skips the
     snapshot-loading branch of the plan (None: decided with one cheap ``isEmpty`` on the loads).
@@ -294,7 +300,11 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     ``tables["partitions"]`` reads them; the caller commits it (``Lake.commit_staged``). With it,
     ``images`` (the requested ``(cluster_id, offset)`` images, maybe none) makes the workers pick the
     partitions of the ``image_snapshots`` images too: ``stages["partition_images"]`` (the table's
-    columns and ``image_offset``; see :func:`replay_domains`)."""
+    columns and ``image_offset``; see :func:`replay_domains`).
+
+    ``clusters``: the clusters the bronze frames hold, when the caller knows them (else found with a
+    scan of the three tables' cluster ids: ~5 s at 10M records); ``log_rows``: the ``metadata_log``
+    rows, when known, to size the partitions' tasks (else the partition records are counted)."""
     spark = log.sparkSession
     for k, v in SESSION_CONF.items():
         spark.conf.set(k, v)
@@ -303,7 +313,8 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     positions = L.log_positions(log, control)
     batches = checkpoint(L.mark_divergent(checkpoint(L.log_batches(positions))))
     if resume is None:
-        clusters = (log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
+        clusters = (spark.createDataFrame([(c,) for c in clusters], "cluster_id string") if clusters is not None else
+                    log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
                     .distinct())
         catalog = L.snapshot_catalog(snapshots, control)
     else:  # the image at ``at`` stands for a snapshot ending at at + 1, the only one
@@ -339,11 +350,12 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     elif has_loads:
         fresh, fresh_anomalies, _ = replay_domains(_snapshot_records(snapshots, loads), checkpoint=checkpoint)
         versions, main_anomalies, image_rows = replay_domains(recs, fresh, loads, checkpoint=checkpoint,
-                                                              partitions_sink=partitions_sink, images=images)
+                                                              partitions_sink=partitions_sink, images=images,
+                                                              rows=log_rows)
         internal = fresh_anomalies.unionByName(main_anomalies)
     else:
         versions, internal, image_rows = replay_domains(recs, checkpoint=checkpoint, partitions_sink=partitions_sink,
-                                                        images=images)
+                                                        images=images, rows=log_rows)
     anomalies = union_all([
         L.conflicting_copies(copies, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
         L.gap_anomalies(gaps), L.transaction_anomalies(txns), finish_anomalies(internal),

@@ -416,7 +416,7 @@ def transactions(kept: DataFrame, starts: DataFrame) -> DataFrame:
     Begin is ignored), an End/Abort outside one, so the state before a marker is "the previous marker
     is a Begin"."""
     m = (kept.where((F.col("_copy") == 1) & F.col("api_key").isin(*_MARKERS))
-         .join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
+         .join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
          .where(F.col("offset") >= F.col("replay_start_offset")))
     w = Window.partitionBy("cluster_id").orderBy("offset")
     after = w.rowsBetween(1, Window.unboundedFollowing)
@@ -527,8 +527,8 @@ def log_batches_table(batches: DataFrame, commit: DataFrame, spans: DataFrame, s
     """The ``log_batches`` silver table: one row per non-divergent batch with ``certainly_committed``
     (last offset <= committed_through_offset) and ``transaction_open`` (a metadata transaction is
     open after it; null below the replay start)."""
-    good = batches.where(~F.col("divergent")).join(commit, "cluster_id", "left").join(
-        starts.select("cluster_id", "replay_start_offset"), "cluster_id", "left")
+    good = batches.where(~F.col("divergent")).join(F.broadcast(commit), "cluster_id", "left").join(
+        F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id", "left")
     sp = spans.select("cluster_id", "span_lo", "span_hi", "outcome")
     j = _in_spans(good, sp.withColumn("span_lo", F.col("span_lo") - 1), "batch_last_offset")
     return j.select(

@@ -224,7 +224,7 @@ def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
 def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFrame,
                fresh: DataFrame | None = None, loads: DataFrame | None = None,
                sink: StagedWrite | None = None, images: Sequence[tuple[str, int]] | None = None,
-               ) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame | None]:
+               rows: int | None = None) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame | None]:
     """Facts §5.2 / §5.6: ``(versions, anomalies, dropped, image_rows)`` of the ``partitions`` table.
     ``topic_annotated``: the annotated topic events (:func:`kraft_replay.replay.topics.topics`);
     ``topic_drops``: the applied RemoveTopicRecords and re-creating TopicRecords (their partitions
@@ -232,6 +232,8 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     partitions it closed. ``images`` (with ``sink``): ``image_rows`` are the versions of the main
     stream visible at each ``(cluster_id, offset)`` of it — the table's columns and ``image_offset``
     — picked by the tasks that write them (None without: ``image_snapshots`` joins the versions).
+    ``rows``: at least as many as the records in ``recs`` (e.g. the log's rows), to size the tasks
+    (:data:`TASK_ROWS` events each) without counting them; None: counted (one scan of the records).
 
     One shuffle (by partition), no sort: the topic state comes from a broadcast range join, the state,
     the versions and the anomalies from :func:`~kraft_replay.replay.partition_state.partition_state`
@@ -247,7 +249,7 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     ev = _with_topic_state(ev, topic_annotated)
     inp = ev.select(*[F.unix_micros("_vtime").alias(c) if c == "_vtime" else F.col(c).cast(t).alias(c)
                       for c, t in _INPUT])
-    tasks = max(int(recs.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-_rows(recs) // TASK_ROWS))
+    tasks = max(int(recs.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-(rows if rows is not None else _rows(recs.select("offset"))) // TASK_ROWS))
     state = inp.repartition(tasks, *STREAM, *KEY).mapInArrow(
         partition_state if sink is None else _writing_versions(sink, images or ()), STATE_OUTPUT)
     # with a sink: computed now, so that its files are there to be read

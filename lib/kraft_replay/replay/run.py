@@ -289,7 +289,8 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
     try:  # until the run starts (it aborts the sink itself)
         pairs = [(c, o) for c in clusters for o in sorted(set(image_at))]  # the requested images
         res: ReplayTables = replay_tables(log, control, snapshots, checkpoint=ckpt, partitions_sink=sink,
-                                          images=pairs if sink is not None else None)
+                                          images=pairs if sink is not None else None, clusters=clusters,
+                                          log_rows=sum(p.counts.log_rows for p in plans))
         # one row per cluster, read three times (its table, the progress, the summary): computed once
         res.tables["log_commit"] = res["log_commit"].localCheckpoint(eager=True)
         say(f"  log stage and plan ready in {time.time() - t0:.0f} s; writing {len(SILVER_TABLES) + 1} tables (each stage is "
