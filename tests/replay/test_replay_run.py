@@ -342,7 +342,7 @@ def test_a_failed_replay_leaves_no_staged_partitions(spark, tmp_path, monkeypatc
                   for r in reader.read("partitions").collect()) == before
 
 
-def _broadcasts_of_log_rows(plan: str) -> list[str]:
+def _broadcast_bronze_scans(plan: str) -> list[str]:
     """The subtrees of ``plan`` (Spark's tree string) under a BroadcastExchange that scan bronze
     files with no aggregate between: bronze rows sent whole to every task. (The scans' paths are cut
     short in the tree string: a scan is recognised as a file scan, not by its table's name.)"""
@@ -375,4 +375,4 @@ def test_log_commit_never_broadcasts_the_log_rows(spark, tmp_path) -> None:
                         checkpoint=cut)
     plan = res["log_commit"]._jdf.queryExecution().executedPlan().toString()
     assert "FileScan parquet [offset" in plan, plan  # the kept rows are read from the bronze files in this plan
-    assert _broadcasts_of_log_rows(plan) == [], plan
+    assert _broadcast_bronze_scans(plan) == [], plan

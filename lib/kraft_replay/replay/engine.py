@@ -140,9 +140,10 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
     is_part = F.col("api_key").isin(API["PARTITION"], API["PARTITION_CHANGE"])
     part_cols = [c for c in ("partition", "partition_change") if c in recs.columns]
     if "partitions" in wanted:
-        # not materialised: its three readers (the count, the partition keys, the state's events) read
-        # the bronze files through broadcast joins, pruned to the columns each needs; as a checkpoint
-        # its wide rows were copied into the block store (spilled to disk at 100M) and read back whole
+        # not materialised: its readers (the partition keys, the state's events, the count sizing the
+        # tasks when the caller gives no row count) read the bronze files through broadcast joins,
+        # pruned to the columns each needs; as a checkpoint its wide rows were copied into the block
+        # store (spilled to disk at 100M) and read back whole
         part_recs = recs.where(is_part).select(
             *[c for c in recs.columns if c not in PAYLOAD_COLUMNS], *part_cols)
     recs = checkpoint(recs.where(~is_part).drop(*part_cols))  # the other domains read no partition payload
@@ -218,10 +219,7 @@ def log_commit(starts: DataFrame, commit: DataFrame, batches: DataFrame, kept: D
         F.max_by("batch_leader_epoch", F.struct("batch_base_offset", "batch_leader_epoch")).alias("last_batch_leader_epoch"),
         F.count(F.lit(1)).alias("batches"))
     div = batches.where(F.col("divergent")).groupBy("cluster_id").agg(F.sum("records").alias("divergent_records"))
-    # starts broadcast (one row per cluster): with no size statistics of its own, Spark broadcast the
-    # kept records instead (10M rows, ~10 s more; a 2 GiB driver ran out of memory building the table)
-    replayed = (kept.where(F.col("_copy") == 1).join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
-                .where(F.col("offset") >= F.col("replay_start_offset")).groupBy("cluster_id")
+    replayed = (L.from_replay_start(kept.where(F.col("_copy") == 1), starts).groupBy("cluster_id")
                 .agg(F.count(F.lit(1)).alias("replayed_records")))
     g = gaps.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("offset_gaps"))
     a = anomalies.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("anomalies"))

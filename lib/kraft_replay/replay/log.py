@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 __all__ = [
     "BEGIN_TRANSACTION", "END_TRANSACTION", "ABORT_TRANSACTION", "NO_OP", "BUCKET",
     "log_positions", "log_batches", "mark_divergent", "copy_batches", "irregular_batches", "divergent_quarantine", "kept_records",
-    "copy_digests", "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
+    "copy_digests", "from_replay_start", "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
     "mid_stream_anomalies", "offset_gaps", "gap_anomalies", "snapshot_loads", "transactions",
     "transaction_anomalies", "applied_records", "commit_certainty", "log_batches_table", "image_offsets",
 ]
@@ -252,12 +252,19 @@ def copy_digests(log: DataFrame, kept: DataFrame) -> DataFrame:
                     F.first("source_file").over(whole).alias("_kept_file"))
 
 
+def from_replay_start(df: DataFrame, starts: DataFrame) -> DataFrame:
+    """The rows of ``df`` at offsets replay reads (``offset`` >= the cluster's replay start), with
+    ``replay_start_offset``. The starts (one row per cluster) are the broadcast side: a checkpoint has
+    no size statistics and a file scan has, so left to its estimates Spark broadcast the log rows."""
+    return (df.join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
+            .where(F.col("offset") >= F.col("replay_start_offset")))
+
+
 def conflicting_copies(copies: DataFrame, starts: DataFrame) -> DataFrame:
     """``CONFLICTING_COPIES`` anomalies (replay_anomalies rows) for the copies of one offset that
     differ from the kept one (``copies``: :func:`copy_digests`), at offsets replay reads (>= the
     replay start)."""
-    k = copies.join(starts.select("cluster_id", "replay_start_offset"), "cluster_id")
-    k = k.where((F.col("_copy") > 1) & F.col("_differs") & (F.col("offset") >= F.col("replay_start_offset")))
+    k = from_replay_start(copies, starts).where((F.col("_copy") > 1) & F.col("_differs"))
     return k.select(
         "cluster_id", "offset", F.lit("CONFLICTING_COPIES").alias("reason_code"), _null("string").alias("entity"),
         "record_type",
@@ -415,9 +422,7 @@ def transactions(kept: DataFrame, starts: DataFrame) -> DataFrame:
     ``CLOSE_WITHOUT_BEGIN``. A Begin leaves the loader inside a transaction whatever it was (a nested
     Begin is ignored), an End/Abort outside one, so the state before a marker is "the previous marker
     is a Begin"."""
-    m = (kept.where((F.col("_copy") == 1) & F.col("api_key").isin(*_MARKERS))
-         .join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
-         .where(F.col("offset") >= F.col("replay_start_offset")))
+    m = from_replay_start(kept.where((F.col("_copy") == 1) & F.col("api_key").isin(*_MARKERS)), starts)
     w = Window.partitionBy("cluster_id").orderBy("offset")
     after = w.rowsBetween(1, Window.unboundedFollowing)
     closing = F.col("api_key") != BEGIN_TRANSACTION
@@ -494,8 +499,7 @@ def applied_records(log: DataFrame, copies: DataFrame, batches: DataFrame, start
     # would hash every record's payload)
     d = _digest(log)
     k = k.join(F.broadcast(losers), cond & (F.greatest(d, F.col("_digest")) == F.least(d, F.col("_digest"))), "left_anti")
-    k = (k.join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
-         .where(F.col("offset") >= F.col("replay_start_offset")))
+    k = from_replay_start(k, starts)
     j = _in_spans(k, spans, "offset")
     j = j.where(F.col("_s_outcome").isNull() | (F.col("_s_outcome") == "COMMITTED"))
     return (j.withColumn("_vis", F.coalesce(F.col("_s_visible_offset"), F.col("offset")))

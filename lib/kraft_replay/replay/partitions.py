@@ -249,7 +249,8 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     ev = _with_topic_state(ev, topic_annotated)
     inp = ev.select(*[F.unix_micros("_vtime").alias(c) if c == "_vtime" else F.col(c).cast(t).alias(c)
                       for c, t in _INPUT])
-    tasks = max(int(recs.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-(rows if rows is not None else _rows(recs.select("offset"))) // TASK_ROWS))
+    n = rows if rows is not None else _rows(recs.select("offset"))
+    tasks = max(int(recs.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-n // TASK_ROWS))
     state = inp.repartition(tasks, *STREAM, *KEY).mapInArrow(
         partition_state if sink is None else _writing_versions(sink, images or ()), STATE_OUTPUT)
     # with a sink: computed now, so that its files are there to be read
