@@ -66,18 +66,27 @@ def _segments(scenario: str, data_dir: Path) -> Path:
     return out
 
 
-def _published_last_offset(lake: Path) -> int | None:
+def _published_last_offset(lake: Path) -> tuple[int | None, int | None]:
+    """The greatest offset in the published ``log_commit`` (the versioned state) and in the published
+    ``metadata_log`` (bronze: ``ingest --follow``'s side alone, from the files' statistics)."""
+    import pyarrow as pa
     from deltalake import DeltaTable
 
     try:
         pub = {r["table_name"]: r["version"] for r in DeltaTable(str(lake / "_published")).to_pyarrow_table().to_pylist()}
-        if "log_commit" not in pub:
-            return None
-        t = DeltaTable(str(lake / "log_commit"), version=pub["log_commit"]).to_pyarrow_table(columns=["last_offset"])
     except Exception:  # noqa: BLE001 - a table being created: try again next poll
-        return None
-    vals = [v for v in t.column("last_offset").to_pylist() if v is not None]
-    return max(vals) if vals else None
+        return None, None
+    out: list[int | None] = []
+    for table, column, stats in (("log_commit", "last_offset", False), ("metadata_log", "offset", True)):
+        try:
+            dt = DeltaTable(str(lake / table), version=pub[table])
+            vals = (pa.table(dt.get_add_actions(flatten=True)).column(f"max.{column}") if stats
+                    else dt.to_pyarrow_table(columns=[column]).column(column)).to_pylist()
+        except Exception:  # noqa: BLE001 - not published yet, or being created: try again next poll
+            vals = []
+        vals = [v for v in vals if v is not None]
+        out.append(max(vals) if vals else None)
+    return out[0], out[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,16 +137,18 @@ def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, full: bool) ->
     # the stream needs the bronze tables: start it once the first ingest published
     written: list[tuple[int, float]] = []
     seen: dict[int, float] = {}
+    in_bronze: dict[int, float] = {}
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
-            off = _published_last_offset(lake)
+            offsets = _published_last_offset(lake)
             now = time.time()
-            if off is not None:
-                for last, _t in written:
-                    if last <= off and last not in seen:
-                        seen[last] = now
+            for off, into in zip(offsets, (seen, in_bronze)):
+                if off is not None:
+                    for last, _t in written:
+                        if last <= off and last not in into:
+                            into[last] = now
             time.sleep(0.25)
 
     poller = threading.Thread(target=poll, daemon=True)
@@ -203,6 +214,11 @@ def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, full: bool) ->
         print(f"  of which the {len(warm)} written after the stream's first publication ({first - written[0][1]:.1f} s "
               f"after the first batch): p50 {q(0.5, warm):.1f} s, p99 {q(0.99, warm):.1f} s, max {warm[-1]:.1f} s; "
               f"micro-batches p50 {q(0.5, secs):.1f} s, max {secs[-1]:.1f} s")
+    bronze = sorted(in_bronze[last] - t for last, t in written if last in in_bronze and t > first)
+    if bronze:  # the same batches' time to the published bronze table: ingest --follow's share of it
+        print(f"  the same batches in the published bronze metadata_log (ingest --follow alone): p50 {q(0.5, bronze):.1f} s, "
+              f"p99 {q(0.99, bronze):.1f} s, max {bronze[-1]:.1f} s; polls published: "
+              f"{sum(1 for ln in open(work / 'ingest.log') if ln.startswith('poll ') and 'published' in ln)}")
     print(f"stream micro-batches published: {batches} ({resumed} resumed replays, {whole} whole); peak RSS of "
           f"ingest --follow + replay --mode stream: {rss.peak / 2**30:.2f} GiB; logs in {work}")
     return {"p50": q(0.5), "p99": q(0.99), "max": lags[-1], "batches": batches}
