@@ -1,6 +1,6 @@
 # Two commands set up and run everything on a fresh machine with Python 3.11:
 #   make demo   - create/update .venv, then run the demo end to end on the embedded default
-#   make test   - create/update .venv (and Airflow's .venv-airflow), then run the whole test suite
+#   make test   - create/update .venv (and Airflow's .venv-airflow), then run the whole test suite (tools/test.sh)
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -20,10 +20,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/kraft-replay --lake ./lake demo
 
-test: $(STAMP)
-	tools/ensure_chromium.sh
-	PYTHON=$(PYTHON) bash tools/airflow_venv.sh
-	$(PY) -m pytest -q
+test:
+	PYTHON=$(PYTHON) bash tools/test.sh
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -32,6 +32,7 @@ FULL = [
                                                                                  "--compare-full"]),
     ("stream catch-up on medium (10M) vs the batch replay", ["stream_catchup.py", "--scenario", "medium"]),
     ("stream kill soak, 50 SIGKILLs", ["stream_soak.py", "--kills", "50"]),
+    ("ingest killed after every commit", ["ingest_kills.py"]),
     ("outcomes (seeds 000, 003), medium log, vs the sequential references", ["outcomes.py", "--scenario", "medium"]),
     ("outcomes, 10M + 10M requests over the medium log", ["outcomes.py", "--scenario", "medium", "--requests", "10000000",
                                                           "--no-oracle"]),

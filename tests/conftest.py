@@ -70,39 +70,89 @@ def run_generate_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*cmd, "generate", *args], capture_output=True, text=True, env=env, timeout=1200, cwd=ROOT)
 
 
+def shared_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:  # noqa: ANN001
+    """What ``build(directory) -> dict`` makes, made once for the test run: under ``pytest -n N`` (xdist)
+    the first worker to ask builds it in the run's shared temp directory while the others wait on a
+    file lock, then all read it (``(directory, the dict)``). A build that failed is tried again by the
+    next asker (and fails the same way there). Readers treat the directory as read only: a test that
+    writes works on a copy (:func:`private_copy`)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    target, done = shared / f"shared-{name}", shared / f"shared-{name}.json"
+    with open(shared / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            import shutil
+
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            doc = build(target)
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, done)
+    return target, json.loads(done.read_text())
+
+
+def private_copy(tmp_path_factory, source: Path, name: str) -> Path:  # noqa: ANN001
+    """A copy of a shared lake (:func:`shared_once`) for this worker's tests to write in."""
+    import shutil
+
+    root = tmp_path_factory.mktemp(name) / "lake"
+    shutil.copytree(source, root)
+    return root
+
+
 @pytest.fixture(scope="session")
 def tiny_generated(spark, tmp_path_factory) -> Generated:
+    """The ``tiny`` scenario generated once for the test run by ``kraft-replay generate`` (a subprocess):
+    its lake (read only) and its segment files."""
     from kraft_replay.generate.plan import build_plan
     from kraft_replay.generate.scenario import load_scenario
     from kraft_replay.lake import Lake
 
-    root = tmp_path_factory.mktemp("gen")
-    proc = run_generate_cli("--scenario", "tiny", "--lake", str(root / "lake"), "--segments-out", str(root / "segments"),
-                            "--json")
-    assert proc.returncode == 0, f"kraft-replay generate failed ({proc.returncode}): {proc.stderr[-3000:]}"
-    doc = json.loads(proc.stdout)  # --json: the summary is the only thing on stdout
-    assert (doc["scenario"], doc["lake"], len(doc["segment_files"])) == ("tiny", str(root / "lake"), 9), doc
-    rows = doc["rows"]
+    def build(root: Path) -> dict:
+        proc = run_generate_cli("--scenario", "tiny", "--lake", str(root / "lake"), "--segments-out",
+                                str(root / "segments"), "--json")
+        assert proc.returncode == 0, f"kraft-replay generate failed ({proc.returncode}): {proc.stderr[-3000:]}"
+        doc = json.loads(proc.stdout)  # --json: the summary is the only thing on stdout
+        assert (doc["scenario"], doc["lake"], len(doc["segment_files"])) == ("tiny", str(root / "lake"), 9), doc
+        return {"doc": doc, "args": proc.args, "stdout": proc.stdout, "stderr": proc.stderr}
+
+    root, made = shared_once(tmp_path_factory, "tiny-generated", build)
+    proc = subprocess.CompletedProcess(made["args"], 0, made["stdout"], made["stderr"])
     lake = Lake(str(root / "lake"), spark, backend="deltars")
     sc = load_scenario("tiny")
-    return Generated(lake, CliResult(build_plan(sc), rows), root / "segments", sc.cluster_id, root / "lake", proc)
+    return Generated(lake, CliResult(build_plan(sc), made["doc"]["rows"]), root / "segments", sc.cluster_id,
+                     root / "lake", proc)
 
 
 # --- the tiny cluster replayed (outcome, SQL and report tests) ---------------------------------------
 
-@pytest.fixture(scope="session")
-def replayed_tiny(spark, tiny_generated, tmp_path_factory) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
-    """The ``tiny`` scenario (the session's CLI-generated lake, copied) replayed in-process, once."""
+def _replayed_tiny_master(spark, tiny_generated, tmp_path_factory) -> Path:  # noqa: ANN001
+    """The tiny cluster replayed, once for the test run (read only)."""
     import shutil
 
     from kraft_replay.lake import Lake
     from kraft_replay.replay import run_replay
 
-    root = tmp_path_factory.mktemp("replayed-tiny") / "lake"
-    shutil.copytree(tiny_generated.lake_dir, root)
-    lk = Lake(str(root), spark, backend="deltars")
-    run_replay(spark, lk, say=lambda _: None)
-    return lk
+    def build(root: Path) -> dict:
+        shutil.copytree(tiny_generated.lake_dir, root / "lake")
+        run_replay(spark, Lake(str(root / "lake"), spark, backend="deltars"), say=lambda _: None)
+        return {}
+
+    return shared_once(tmp_path_factory, "replayed-tiny", build)[0] / "lake"
+
+
+@pytest.fixture(scope="session")
+def replayed_tiny(spark, tiny_generated, tmp_path_factory) -> "Lake":  # noqa: F821 - kraft_replay.lake.Lake
+    """The ``tiny`` scenario (the run's CLI-generated lake) replayed, once for the test run; this
+    worker's copy, which its tests may rewrite."""
+    from kraft_replay.lake import Lake
+
+    master = _replayed_tiny_master(spark, tiny_generated, tmp_path_factory)
+    return Lake(str(private_copy(tmp_path_factory, master, "replayed-tiny")), spark, backend="deltars")
 
 
 @dataclass
@@ -112,11 +162,11 @@ class GoldRun:
 
 
 @pytest.fixture(scope="session")
-def gold_tiny_run(spark, replayed_tiny, tmp_path_factory) -> GoldRun:
-    """A copy of ``replayed_tiny`` with every gold table written with the defaults: the outcomes by
-    ``kraft-replay outcomes`` (default policy; its stdout kept) and ``cache_lag`` (1 s buckets). Tests
-    that rewrite ``replayed_tiny``'s gold tables with other settings do not reach this copy; it is
-    read only."""
+def gold_tiny_run(spark, tiny_generated, tmp_path_factory) -> GoldRun:
+    """The replayed tiny cluster with every gold table written with the defaults, once for the test
+    run: the outcomes by ``kraft-replay outcomes`` (default policy; its stdout kept) and ``cache_lag``
+    (1 s buckets). Read only (tests that rewrite gold tables with other settings use
+    ``replayed_tiny``)."""
     import contextlib
     import io
     import shutil
@@ -125,15 +175,20 @@ def gold_tiny_run(spark, replayed_tiny, tmp_path_factory) -> GoldRun:
     from kraft_replay.outcomes.cache_lag import write_cache_lag
     from kraft_replay.serve.cli import main
 
-    root = tmp_path_factory.mktemp("gold-tiny") / "lake"
-    shutil.copytree(replayed_tiny.root, root)
-    lake = Lake(str(root), spark, backend="deltars")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
-    clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
-    write_cache_lag(lake, clusters, say=lambda _: None)
-    return GoldRun(lake, out.getvalue())
+    master = _replayed_tiny_master(spark, tiny_generated, tmp_path_factory)
+
+    def build(root: Path) -> dict:
+        shutil.copytree(master, root / "lake")
+        lake = Lake(str(root / "lake"), spark, backend="deltars")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
+        clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
+        write_cache_lag(lake, clusters, say=lambda _: None)
+        return {"outcomes_stdout": out.getvalue()}
+
+    root, made = shared_once(tmp_path_factory, "gold-tiny", build)
+    return GoldRun(Lake(str(root / "lake"), spark, backend="deltars"), made["outcomes_stdout"])
 
 
 @pytest.fixture(scope="session")
@@ -168,3 +223,68 @@ def artifacts() -> Path:
     path = Path(os.environ.get("KRAFT_REPLAY_ARTIFACTS", ROOT / ".artifacts"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# --- the order of the run, and the workers' share of it ----------------------------------------------
+
+#: the slowest test modules first, as measured on a fresh clone (``--durations``): ``make test`` runs the
+#: suite on two workers (``pytest -n 2``), each module whole on one worker (its module-scoped fixtures
+#: built once), and a worker that finishes takes the next module in this order, so the long ones start
+#: first and the two workers end together
+SLOWEST_FIRST: tuple[str, ...] = (
+    "tests/replay/test_replay_differential.py",  # these three share a worker: WORKER_GROUPS
+    "tests/replay/test_replay_rules.py",
+    "tests/replay/test_replay_stream.py",
+    "tests/airflow/test_dags.py",
+    "tests/test_wheel.py",
+    "tests/replay/test_replay_run.py",
+    "tests/replay/test_replay_incremental.py",
+    "tests/ingest/test_ingest_atomic.py",
+    "tests/test_spark_cluster.py",
+    "tests/ingest/test_ingest_cli.py",
+    "tests/generate/test_generate_events.py",
+    "tests/replay/test_replay_generated.py",
+    "tests/ingest/test_ingest_divergent.py",
+    "tests/generate/test_generate_log.py",
+    "tests/serve/test_console.py",
+    "tests/outcomes/test_cache_lag.py",
+    "tests/replay/test_image_cli.py",
+    "tests/outcomes/test_outcomes_cli.py",
+    "tests/fuzz/test_fuzz_hostile.py",
+    "tests/lake/test_stream.py",
+    "tests/outcomes/test_feature_check.py",
+    "tests/outcomes/test_discovery.py",
+    "tests/generate/test_generate_segments.py",
+    "tests/outcomes/test_broker_states.py",
+    "tests/outcomes/test_outcomes_differential.py",
+)
+
+#: modules that run on one worker with another because they read the same in-process session fixture
+#: (``replay_runs``: Spark DataFrames, built once per worker)
+WORKER_GROUPS: dict[str, str] = {
+    "tests/replay/test_replay_rules.py": "tests/replay/test_replay_differential.py",
+    "tests/replay/test_replay_stream.py": "tests/replay/test_replay_differential.py",
+}
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules of :data:`SLOWEST_FIRST` first, the others after them in the order collected."""
+    rank = {module: i for i, module in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_module_of(item.nodeid), len(rank)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's log, a scheduler
+    """Under ``pytest -n N``: a module runs whole on one worker, with the modules of
+    :data:`WORKER_GROUPS`; work units go out in the collected order (:data:`SLOWEST_FIRST`)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module_of(nodeid)
+            return WORKER_GROUPS.get(module, module)
+
+    return ModuleScheduling(config, log)

@@ -2,7 +2,8 @@
 
 The wheel is built from this checkout, installed with ``--no-deps`` into a fresh virtualenv whose
 dependencies come from the test environment's site-packages (a ``.pth`` line: nothing downloaded, and
-the checkout's ``lib/`` is not on the path), and ``kraft-replay demo`` runs from an empty directory.
+the checkout's ``lib/`` is not on the path), and the README's quick start (``make demo`` and every command
+after it) runs as written from an empty directory.
 """
 
 from __future__ import annotations
@@ -61,10 +62,26 @@ def test_the_wheel_carries_profiles_scenarios_policies_and_samples(installed, tm
     assert version.returncode == 0 and re.fullmatch(r"kraft-replay \d+\.\d+\.\d+\S*\n", version.stdout), version
 
 
+def _quick_start() -> tuple[list[str], str]:
+    """The README's quick start: the lines of the ``bash`` block under its "## Quick start" heading, and
+    the prose after it (up to the next heading)."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()], section.split("```bash\n", 1)[1].split("```", 1)[1]
+
+
 @pytest.mark.slow
-def test_demo_then_tables_from_an_empty_directory(installed, tmp_path):
-    """The installed CLI's demo on the tiny scenario, from an empty directory: generate, ingest, replay,
-    outcomes and report, then the tables it published and the report it wrote."""
+def test_the_readme_quick_start_runs_as_written_from_an_empty_directory(installed, tmp_path):
+    """The README's quick start, line by line, with the installed wheel's CLI in place of
+    ``.venv/bin/kraft-replay``, from an empty directory: ``make demo`` (what the Makefile runs:
+    generate, ingest, replay, outcomes, report of the demo scenario), the report it wrote, every
+    command of the block (exit 0), the tables the demo published, and the dashboard the text after
+    the block starts."""
+    import shlex
+    import time
+    import urllib.request
+
     from deltalake import DeltaTable
 
     from kraft_replay.outcomes.run import OUTCOME_TABLES
@@ -72,18 +89,31 @@ def test_demo_then_tables_from_an_empty_directory(installed, tmp_path):
 
     cwd = tmp_path / "empty"
     cwd.mkdir()
-    cli = [str(installed / "kraft-replay"), "--profile", "test"]
-    demo = _run([*cli, "demo", "--lake", "lake", "--scenario", "tiny"], cwd=cwd, timeout=900)
-    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
-    out = demo.stdout
-    assert "demo OK" in out
+    venv_cli = ".venv/bin/kraft-replay"
+    lines, after = _quick_start()
+    assert shlex.split(lines[0], comments=True) == ["make", "demo"], lines[0]
+    recipe = (ROOT / "Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0].splitlines()[1].strip()
+    assert recipe == "$(VENV)/bin/kraft-replay --lake ./lake demo", recipe
+    ran = []
+    for line in lines:
+        argv = shlex.split(line, comments=True)
+        if argv == ["make", "demo"]:
+            argv = [venv_cli, "--lake", "./lake", "demo"]
+        if argv[0] == "xdg-open":  # a file the demo wrote, opened in the user's browser
+            assert len(argv) == 2 and (cwd / argv[1]).is_file(), line
+            continue
+        assert argv[0] == venv_cli, f"the README's quick start runs {argv[0]!r}: only make demo and the CLI are tested"
+        proc = _run([str(installed / "kraft-replay"), *argv[1:]], cwd=cwd, timeout=900)
+        assert proc.returncode == 0, f"{line}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        ran.append((argv, proc))
+    demo = ran[0][1]
+    assert "demo OK" in demo.stdout
     for step in ("[1/5 generate]", "[2/5 ingest]", "[3/5 replay]", "[4/5 outcomes]", "[5/5 report]"):
-        assert step in out, step
-    assert f"kraft-replay dashboard --lake {cwd / 'lake'}" in out
-    report = cwd / "lake" / "report.html"
-    assert report.is_file() and "cache lag" in report.read_text().lower()
+        assert step in demo.stdout, step
+    assert "cache lag" in (cwd / "lake" / "report.html").read_text().lower()
+    assert len(ran) >= 4, "the quick start shows the demo and at least three commands on its lake"
 
-    listing = _run([*cli, "tables", "--lake", "lake", "--json"], cwd=cwd)
+    listing = _run([str(installed / "kraft-replay"), "tables", "--lake", "lake", "--json"], cwd=cwd)
     assert listing.returncode == 0, listing.stderr[-3000:]
     tables = {t["name"]: t for t in json.loads(listing.stdout)}
     assert set(SILVER_TABLES) | set(OUTCOME_TABLES) | {"metadata_log", "cache_lag", "broker_applied"} <= set(tables)
@@ -94,6 +124,27 @@ def test_demo_then_tables_from_an_empty_directory(installed, tmp_path):
     for name in ("partitions", "cache_lag", "consistency_outcomes", "fencing_outcomes", "feature_transitions"):
         assert tables[name]["rows"] > 0, name
     assert DeltaTable(str(cwd / "lake" / "cache_lag")).to_pyarrow_table().num_rows == tables["cache_lag"]["rows"]
+
+    # the dashboard, as the text after the block starts it, answers on the address it names
+    command = re.search(r"`(\.venv/bin/kraft-replay dashboard[^`]*)`", after).group(1)
+    url = re.search(r"http://127\.0\.0\.1:\d+", after).group(0)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KRAFT_REPLAY_CONF", "VIRTUAL_ENV")}
+    server = subprocess.Popen([str(installed / "kraft-replay"), *shlex.split(command)[1:]], cwd=cwd, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, page = time.time() + 60, None
+        while page is None:
+            assert server.poll() is None, server.stdout.read()[-3000:]
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    page = r.read().decode()
+            except OSError:
+                assert time.time() < deadline, f"{command}: nothing answers on {url} after 60 s"
+                time.sleep(0.5)
+        assert "kraft-replay" in page.lower()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _log_records(node: Path) -> int:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -141,26 +139,40 @@ def test_bad_inputs(tmp_path: Path) -> None:
 
 
 def test_permission_denied(tmp_path: Path, real_kraft_dir: Path) -> None:
+    """An unreadable segment is a one-line error naming the fix. Root reads anything, so the check runs in
+    a forked child that drops to an unprivileged user after entering the file's directory: it needs no
+    access to the checkout or to the directories above the file (the clone may sit where only root can
+    enter), and the package is already imported."""
     d = tmp_path / "locked"
     d.mkdir()
     shutil.copy(real_kraft_dir / SEGMENT, d / "00000000000000000000.log")
     os.chmod(d / "00000000000000000000.log", 0o000)
-    os.chmod(tmp_path, 0o755)
-    code = (
-        "import sys\nfrom kraft_replay.ingest.sources import discover\nfrom kraft_replay.ingest.errors import IngestError\n"
-        f"try:\n    discover([{str(d / '00000000000000000000.log')!r}])\nexcept IngestError as e:\n    print(e); sys.exit(2)\n"
-    )
-    cmd = [sys.executable, "-c", code]
-    if os.geteuid() == 0:  # root reads anything: drop to an unprivileged user for a real EACCES
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
-    p = tmp_path
-    while p != p.parent:  # the unprivileged user must be able to traverse to the file
-        if p.stat().st_mode & 0o001 == 0 and os.geteuid() == 0:
-            os.chmod(p, p.stat().st_mode | 0o001)
-        p = p.parent
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "lib")})
-    assert out.returncode == 2, out.stderr
-    assert "permission denied" in out.stdout and "chmod" in out.stdout
+    os.chmod(d, 0o755)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read_end)
+            os.chdir(d)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            try:
+                discover(["00000000000000000000.log"])
+                message = "no error"
+            except IngestError as e:
+                message, code = str(e), 2
+            os.write(write_end, message.encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as r:
+        message = r.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 2, message
+    assert "permission denied" in message and "chmod" in message and "\n" not in message
 
 
 def test_discover_node_dir_rules(node_dir: Path) -> None:

@@ -8,6 +8,7 @@ Lakes are written with delta-rs (``write_deltalake`` of hand-made Arrow tables),
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from deltalake import DeltaTable, write_deltalake
 from kraft_replay.lake.reader import LakeReader
 from kraft_replay.serve import charts
 from kraft_replay.serve.dashboard import NO_DATA, create_app, reader_for, refresh
+from kraft_replay.serve.report import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
@@ -91,7 +93,9 @@ def consistency_rows(cluster: str, brokers: list[int]) -> pa.Table:
 
 
 def fencing_rows(cluster: str) -> pa.Table:
-    rows = [(cluster, f"topic-{t}", T0, 200, 10 + t, 8, 4, 1) for t in range(2)]
+    """Two topics, one hour, 2000 produce requests: outcome rates of 1.2 %, 0.8 %, 0.6 % and 0.4 % (a share
+    axis labelled in whole percents reads them 0%, 0%, 0%, 1%, ...: issue 45)."""
+    rows = [(cluster, f"topic-{t}", T0, 1000, 11 + 2 * t, 8, 6, 4) for t in range(2)]
     return pa.Table.from_pylist([dict(zip(FENCING.names, r, strict=True)) for r in rows], schema=FENCING)
 
 
@@ -229,8 +233,102 @@ def test_rate_charts_divide_by_requests_or_attempts(full_lake):
     assert by_policy[("violations avoided", "wait")] == [pytest.approx(0.05)]
     fig = charts.fencing_rates_figure(frames.fencing_summary)
     rates = {t.name: list(t.y) for t in fig.data}
-    assert rates == {"stale leader accepts": [pytest.approx(21 / 400)], "fenced by check": [pytest.approx(16 / 400)],
-                     "lost, acks 0/1": [pytest.approx(8 / 400)], "lost, acks all": [pytest.approx(2 / 400)]}
+    assert rates == {"stale leader accepts": [pytest.approx(0.012)], "fenced by check": [pytest.approx(0.008)],
+                     "lost, acks 0/1": [pytest.approx(0.006)], "lost, acks all": [pytest.approx(0.004)]}
+
+
+# plotly.js facts the two tests below rely on: its mode bar (the chart toolbar) is a row of 22 px buttons at
+# 2 px from the figure's top edge (CSS .modebar{top:2px} .modebar-btn{height:22px}); the auto tick step of a
+# linear axis is 1, 2 or 5 times a power of ten, giving 4 to 9 intervals (axes.js autoTicks)
+MODEBAR_BOTTOM_PX = 2 + 22
+
+
+def plotly_tick_format(axis, dtick: float) -> str:
+    """The tick format plotly uses on a linear ``axis`` at tick step ``dtick`` (axes.js getTickFormat): the
+    first enabled tickformatstop whose dtickrange holds it (bounds inclusive, None open), else tickformat."""
+    for stop in axis.tickformatstops or ():
+        low, high = stop.dtickrange
+        if stop.enabled is not False and (low is None or low <= dtick) and (high is None or dtick <= high):
+            return stop.value
+    return axis.tickformat
+
+
+def d3_percent(value: float, fmt: str) -> str:
+    """``value`` as d3-format renders the percent format ``fmt`` (``.N%``, ``,.N%``)."""
+    match = re.fullmatch(r"(,?)\.(\d+)%", fmt or "")
+    assert match, f"not a percent tick format: {fmt!r}"
+    return f"{value * 100:{match[1]}.{match[2]}f}%"
+
+
+def tick_steps(span: float) -> list[float]:
+    """Every step plotly's auto ticks may choose over ``span`` (with margin: 2 to 20 intervals)."""
+    return [m * 10.0 ** e for e in range(-9, 2) for m in (1, 2, 5) if 2 <= span / (m * 10.0 ** e) <= 20]
+
+
+def tick_labels(axis, lo: float, hi: float, step: float) -> list[str]:
+    """The labels plotly draws on ``axis`` for the ticks at multiples of ``step`` in ``[lo, hi]``."""
+    fmt = plotly_tick_format(axis, step)
+    first = int(lo // step) + (lo % step > 1e-12)
+    return [d3_percent(k * step, fmt) for k in range(first, int(hi / step + 1e-9) + 1)]
+
+
+def y_axes(fig) -> list:
+    return [fig.layout[name] for name in fig.layout if re.fullmatch(r"yaxis\d*", name)]
+
+
+def test_share_axes_tell_every_tick_apart():
+    """Issue 45: the fencing chart labelled rates of 0.4 %..1.2 % 0%, 0%, 0%, 1%, 1% (``.0%`` whatever the
+    step). Every share axis (each facet's too) shows the decimals its tick step needs, at every step plotly
+    may pick for the data and when zoomed in anywhere."""
+    hour = pd.Timestamp("2025-03-01")
+    fencing = pd.DataFrame([{"hour": hour, "requests": 2000, "stale_leader_accepts": 24, "fenced_by_check": 16,
+                             "lost_acks_0_1": 12, "lost_acks_all": 8}])
+    consistency = pd.DataFrame([{"hour": hour, "policy": p, "requests": 100_000, "attempts": 100_000 + s,
+                                 "admitted": 99_000, "admitted_after_wait": w, "stale_metadata": s,
+                                 "violations_avoided": v} for p, w, s, v in (("none", 0, 0, 0), ("fail", 0, 40, 7),
+                                                                             ("wait", 30, 3, 2))])
+    for fig in (charts.fencing_rates_figure(fencing), charts.consistency_rates_figure(consistency)):
+        axes = y_axes(fig)
+        assert len(axes) == (1 if "Fencing" in fig.layout.title.text else 3)
+        top = max(max(t.y) for t in fig.data) * 1.05  # plotly pads the bars' range by 5 %
+        for axis in axes:
+            for step in tick_steps(top):
+                labels = tick_labels(axis, 0, top, step)
+                assert len(set(labels)) == len(labels), (fig.layout.title.text, step, labels)
+            for step in (m * 10.0 ** e for e in range(-8, 0) for m in (1, 2, 5)):  # zoomed in around 50 %
+                labels = tick_labels(axis, 0.5, 0.5 + 6 * step, step)
+                assert len(set(labels)) == len(labels), (fig.layout.title.text, step, labels)
+    axis = y_axes(charts.fencing_rates_figure(fencing))[0]
+    assert tick_labels(axis, 0, 0.0126, 0.002) == ["0.0%", "0.2%", "0.4%", "0.6%", "0.8%", "1.0%", "1.2%"]
+    assert tick_labels(axis, 0, 0.9, 0.2) == ["0%", "20%", "40%", "60%", "80%"]
+    assert tick_labels(axis, 0, 0.00012, 0.00002) == ["0.000%", "0.002%", "0.004%", "0.006%", "0.008%", "0.010%",
+                                                       "0.012%"]
+
+
+def title_rows(fig) -> tuple[float, float]:
+    """The pixel rows (from the figure's top edge) the title's line takes: placed at the top of the figure
+    (``yref`` container, ``yanchor`` top) it starts ``pad.t`` down; otherwise plotly centers it in the top
+    margin. A line is taken as 1.3 font sizes."""
+    title, layout = fig.layout.title, fig.layout
+    line = 1.3 * title.font.size
+    if title.yref == "container" and title.yanchor == "top" and title.y is not None:
+        top = (1 - title.y) * layout.height + (title.pad.t or 0)
+    else:
+        top = layout.margin.t / 2 - line / 2
+    return top, top + line
+
+
+def test_titles_sit_under_the_mode_bar_and_above_the_plot(full_lake):
+    """Issue 45: a chart's title sat in the mode bar's row (centered in a 50 px top margin), under its
+    buttons. Every chart, with and without data, starts its title below the mode bar and ends it above the
+    plot area."""
+    with_data = charts.chart_figures(charts.load_frames(LakeReader(str(full_lake)), C1))
+    empty = charts.chart_figures(charts.load_frames(LakeReader("/nonexistent/lake")))
+    for chart_id, fig in [*with_data.items(), *empty.items()]:
+        assert fig.layout.title.text, chart_id
+        top, bottom = title_rows(fig)
+        assert top >= MODEBAR_BOTTOM_PX + 4, (chart_id, top)
+        assert bottom <= fig.layout.margin.t, (chart_id, bottom, fig.layout.margin.t)
 
 
 def test_feature_chart_steps_to_the_end_and_marks_transitions(full_lake):
@@ -388,6 +486,48 @@ LAG_POINTS_JS = """() => {
 }"""
 
 
+PLOTS_JS = "() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => (g.data || []).length)"
+
+#: per drawn chart: its title, the boxes of the chart, its title and its mode bar, and its y tick labels
+CHART_BOXES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
+  const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
+                     return {left: r.left, top: r.top, right: r.right, bottom: r.bottom}; };
+  const title = g.querySelector('.gtitle');
+  return {title: title ? title.textContent : null, graph: box(g), title_box: box(title),
+          modebar: box(g.querySelector('.modebar')),
+          yticks: Array.from(g.querySelectorAll('.ytick text')).map(t => t.textContent)};
+})"""
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+
+def charts_read_right(page, shot: Path) -> None:
+    """Issue 45 in the browser: on every chart of the page, hovered so its mode bar shows, the title is
+    whole inside the chart and clear of the mode bar; the fencing chart's percent ticks (rates of
+    0.4 %..1.2 %) all read differently. Saves a screenshot of the fencing chart, hovered, to ``shot``."""
+    graphs = page.locator(".js-plotly-plot")
+    fencing = None
+    for i in range(graphs.count()):
+        graphs.nth(i).hover(position={"x": 40, "y": 150})  # over the plot's left edge: the mode bar shows
+        page.wait_for_timeout(150)
+        chart = page.evaluate(CHART_BOXES_JS)[i]
+        assert chart["title"] and chart["title_box"] and chart["modebar"], chart
+        assert not overlap(chart["title_box"], chart["modebar"]), chart
+        assert chart["title_box"]["bottom"] < chart["modebar"]["bottom"] + 40, chart  # and not far below it
+        graph, title = chart["graph"], chart["title_box"]
+        assert graph["left"] <= title["left"] and title["right"] <= graph["right"], chart  # not cut off
+        if chart["title"].startswith("Fencing outcomes"):
+            fencing = chart
+            graphs.nth(i).screenshot(path=str(shot))  # still hovered: with its mode bar
+    assert fencing is not None, "no fencing chart on the page"
+    ticks = fencing["yticks"]
+    assert len(ticks) >= 4 and all(t.endswith("%") for t in ticks), ticks
+    assert len(set(ticks)) == len(ticks), f"percent ticks that read the same: {ticks}"
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.fixture(scope="module")
 def browser_lake(tmp_path_factory) -> Path:
     return make_lake(tmp_path_factory.mktemp("dash-browser") / "lake")
@@ -428,19 +568,22 @@ def server(browser_lake):
 
 @pytest.fixture(scope="module")
 def page(browser, server):
-    """The dashboard loaded once; the tests share it and never reload it."""
-    pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+    """The dashboard loaded once; the tests share it and never reload it. 1120 px wide: about the narrowest
+    window that still shows two charts a row (each about 515 px wide, where long titles reach the mode bar)."""
+    pg = browser.new_page(viewport={"width": 1120, "height": 1000})
     pg.goto(server)
     yield pg
     pg.close()
 
 
-def test_browser_renders_the_lag_chart(page, artifacts):
+def test_browser_renders_the_lag_chart(page, artifacts, tmp_path):
     expected = 2 * BUCKETS * len(BROKERS[C1])  # p99 and max traces of the first cluster's brokers
     page.wait_for_function(f"() => ({LAG_POINTS_JS})() === {expected}", timeout=30_000)
     page.wait_for_function("() => document.getElementById('status').innerText.includes('cache_lag v1')", timeout=10_000)
     assert page.locator("#broker-states .js-plotly-plot").count() == 1
     assert "no data yet" not in page.inner_text("#lag-offsets")
+    page.wait_for_function(f"() => ({PLOTS_JS})().length === {len(charts.CHARTS)}", timeout=30_000)
+    charts_read_right(page, tmp_path / "dashboard-fencing.png")
     shot = artifacts / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
     data = shot.read_bytes()
@@ -457,6 +600,20 @@ def test_browser_shows_appended_rows_without_reload(page, browser_lake):
     assert page.evaluate("() => window.__not_reloaded === true")
     assert DeltaTable(str(browser_lake / "cache_lag")).version() == 2
     assert "cache_lag v2" in page.inner_text("#status")
+
+
+def test_browser_report_charts_read_right(browser, tmp_path):
+    """The report draws the same charts: in Chromium, every title clear of the mode bar and the fencing
+    chart's percent ticks distinct (screenshot of the fencing chart under tmp_path). In a window 600 px
+    wide (half a laptop screen): the charts, as wide as the page, bring the mode bar over long titles."""
+    report = write_report(str(make_lake(tmp_path / "lake")), tmp_path / "report.html", C1)
+    pg = browser.new_page(viewport={"width": 600, "height": 900})
+    try:
+        pg.goto(report.path.as_uri())
+        pg.wait_for_function(f"() => ({PLOTS_JS})().length === {len(charts.CHARTS)}", timeout=30_000)
+        charts_read_right(pg, tmp_path / "report-fencing.png")
+    finally:
+        pg.close()
 
 
 def test_a_port_out_of_range_is_one_line(capsys, tmp_path):

@@ -46,7 +46,35 @@ STATE_COLORS = {"ONLINE": "#2ca02c", "FENCED": "#ff7f0e", "OFFLINE": "#7f7f7f", 
 KIND_COLORS = {"INITIAL": "#7f7f7f", "UPGRADE": "#2ca02c", "DOWNGRADE": "#d62728"}
 POLICY_ORDER = ["none", "fail", "wait"]
 _PALETTE = px.colors.qualitative.Plotly
-_HEIGHT = 330
+_HEIGHT = 360
+#: the chart's toolbar (plotly's mode bar) is a 22 px row 2 px below the figure's top edge, at its right;
+#: titles start under it (``TITLE_TOP`` px down), so a long title or a narrow chart never puts one on the other
+MODEBAR_BOTTOM = 24
+TITLE_TOP = MODEBAR_BOTTOM + 12
+TITLE_SIZE = 15
+#: room above the plot area: the title's line, and under it the panel labels of faceted charts
+MARGIN_TOP = TITLE_TOP + 2 * TITLE_SIZE + 18
+
+
+def percent_tick_formats(max_decimals: int = 6) -> list[dict]:
+    """The tick label formats of a share axis (values 0..1 shown as percents), by tick step: as many
+    decimals as the step needs, so neighbouring ticks never read the same (a 0.2 % step over 0.4 %..1.2 %
+    reads 0.4%, 0.6%, ... where ``.0%`` read 0%, 1%, 1%). Plotly picks the step from the data's range and
+    the zoom, always 1, 2 or 5 times a power of ten; a step of 10**-(d+2) to under 10**-(d+1) gets d
+    decimals (the bounds sit 5 % below those powers, off float noise); the first matching stop is used."""
+    stops = []
+    for decimals in range(max_decimals + 1):
+        low = None if decimals == max_decimals else 0.95 * 10 ** -(decimals + 2)
+        high = None if decimals == 0 else 0.95 * 10 ** -(decimals + 1)
+        stops.append({"dtickrange": [low, high], "value": f",.{decimals}%"})
+    return stops
+
+
+def _share_axes(fig: go.Figure) -> go.Figure:
+    """Every y axis of ``fig`` (each facet's too) as a share in percent: ticks with the decimals their step
+    needs (:func:`percent_tick_formats`), hover with three significant digits."""
+    fig.update_yaxes(tickformat=",.0%", tickformatstops=percent_tick_formats(), hoverformat=".3~p")
+    return fig
 
 
 @dataclass(frozen=True)
@@ -174,9 +202,12 @@ def no_data_figure(title: str) -> go.Figure:
 
 
 def _styled(fig: go.Figure) -> go.Figure:
-    """The common look: white template, compact margins, fixed height, legend on the right."""
-    fig.update_layout(template="plotly_white", height=_HEIGHT, margin={"l": 60, "r": 20, "t": 50, "b": 40},
-                      title_font_size=15, legend={"font": {"size": 11}})
+    """The common look: white template, compact margins, fixed height, legend on the right, the title
+    on its own line under the mode bar (:data:`TITLE_TOP`)."""
+    fig.update_layout(template="plotly_white", height=_HEIGHT, margin={"l": 60, "r": 20, "t": MARGIN_TOP, "b": 40},
+                      title={"yref": "container", "y": 1, "yanchor": "top", "pad": {"t": TITLE_TOP},
+                             "font": {"size": TITLE_SIZE}},
+                      legend={"font": {"size": 11}})
     return fig
 
 
@@ -253,10 +284,9 @@ def _rates_figure(long: pd.DataFrame, title: str, facet: str | None) -> go.Figur
     """Grouped bars of ``rate`` per ``hour``, one color per ``outcome`` (one panel per ``facet`` value)."""
     fig = px.bar(long, x="hour", y="rate", color="outcome", barmode="group", facet_col=facet,
                  category_orders={"policy": POLICY_ORDER}, hover_data={"count": True, "of": True})
-    fig.update_layout(title=title, yaxis_title="share", yaxis_tickformat=".0%")
+    fig.update_layout(title=title, yaxis_title="share")
     fig.update_xaxes(title=None, tickformat="%b %d %H:00")
-    fig.update_yaxes(tickformat=".0%")
-    return _styled(fig)
+    return _styled(_share_axes(fig))
 
 
 def consistency_rates_figure(summary: pd.DataFrame) -> go.Figure:

@@ -4,6 +4,10 @@ Each subcommand lives in its own module ``kraft_replay.serve.cmd_<name>`` exposi
 ``register(subparsers)``, which adds a parser whose ``func(args) -> int`` runs it.
 Errors that users can fix (bad input, missing files, lake problems) are raised as
 :class:`UserError` subclasses and printed as one line, exit code 2; nothing is half-committed.
+
+The console shows a command's own progress and summary lines only: Spark's output (log4j, the JVM's
+warnings, PySpark's Python warnings) goes to ``<lake>/_logs/<command>-<timestamp>.log``, named on
+stderr at the end when anything was written there (``--verbose``: all of it on stderr instead).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
+from urllib.parse import unquote
 
 # Subcommand modules, in the order `--help` lists them. Missing modules are skipped so the
 # CLI keeps working while later issues add theirs.
@@ -48,6 +54,8 @@ GLOBAL_OPTIONS: tuple[tuple[str, dict, object], ...] = (
     ("--lake", {"metavar": "DIR", "help": "lake root (local dir or any URI delta-rs supports); default from the profile"}, None),
     ("--profile", {"metavar": "NAME", "help": "conf/<profile>.yaml (local, cluster, ...); default local"}, "local"),
     ("--backend", {"choices": ("auto", "deltars", "delta-spark"), "help": "Delta backend (default from the profile)"}, None),
+    ("--verbose", {"action": "store_true", "help": "Spark's log and the JVM's warnings on stderr (default: in a file "
+                                                   "under <lake>/_logs/, named at the end when not empty)"}, False),
 )
 
 
@@ -111,11 +119,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def spark_log_dir(root: str | None) -> Path:
+    """Where a run's Spark log goes for lake ``root``: ``<root>/_logs`` for a local lake (a path or a
+    ``file://`` URI), else (an object store, or no lake) a local directory (``kraft-replay-<uid>/_logs``
+    in the temp directory; also where it goes when the lake's cannot be written)."""
+    if root and "://" in root:
+        scheme, rest = root.split("://", 1)
+        root = unquote(rest) if scheme == "file" else None
+    if not root:
+        from kraft_replay.spark.session import local_log_dir
+
+        return local_log_dir()
+    return Path(root) / "_logs"
+
+
+def _lake_root(args: argparse.Namespace) -> str | None:
+    if getattr(args, "lake", None):
+        return args.lake
+    from kraft_replay.config import load_profile
+
+    return load_profile(args.profile).lake.root
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    log = None
     try:
-        return int(args.func(args) or 0)
+        if args.verbose:
+            return int(args.func(args) or 0)
+        from kraft_replay.spark.session import spark_output_to
+
+        with spark_output_to(lambda: spark_log_dir(_lake_root(args)), args.command) as log:
+            return int(args.func(args) or 0)
     except _user_error_types() as exc:
         print(f"kraft-replay {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -125,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the output's reader stopped (`| head`): stop quietly, as SIGPIPE would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        if log is not None and log.path is not None:
+            sys.stdout.flush()
+            print(f"spark warnings: {log.path}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

