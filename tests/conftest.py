@@ -228,31 +228,33 @@ def artifacts() -> Path:
 # --- the order of the run, and the workers' share of it ----------------------------------------------
 
 #: the slowest test modules first, as measured on a fresh clone (``--durations``): ``make test`` runs the
-#: suite on two workers (``pytest -n 2``), each module whole on one worker (its module-scoped fixtures
-#: built once), and a worker that finishes takes the next module in this order, so the long ones start
-#: first and the two workers end together
+#: suite on two workers (``pytest -n 2 --no-loadscope-reorder``: xdist would otherwise order the modules
+#: by their number of tests), each module whole on one worker (its module-scoped fixtures built once),
+#: and a worker that finishes takes the next module in this order, so the long ones start first and the
+#: two workers end together
 SLOWEST_FIRST: tuple[str, ...] = (
     "tests/replay/test_replay_differential.py",  # these three share a worker: WORKER_GROUPS
     "tests/replay/test_replay_rules.py",
     "tests/replay/test_replay_stream.py",
-    "tests/airflow/test_dags.py",
     "tests/test_wheel.py",
     "tests/replay/test_replay_run.py",
     "tests/replay/test_replay_incremental.py",
-    "tests/ingest/test_ingest_atomic.py",
+    "tests/airflow/test_dags.py",
     "tests/test_spark_cluster.py",
-    "tests/ingest/test_ingest_cli.py",
-    "tests/generate/test_generate_events.py",
+    "tests/ingest/test_ingest_atomic.py",
     "tests/replay/test_replay_generated.py",
+    "tests/ingest/test_ingest_cli.py",
     "tests/ingest/test_ingest_divergent.py",
+    "tests/generate/test_generate_events.py",
     "tests/generate/test_generate_log.py",
     "tests/serve/test_console.py",
+    "tests/lake/test_stream.py",
+    "tests/outcomes/test_feature_check.py",
     "tests/outcomes/test_cache_lag.py",
     "tests/replay/test_image_cli.py",
     "tests/outcomes/test_outcomes_cli.py",
     "tests/fuzz/test_fuzz_hostile.py",
-    "tests/lake/test_stream.py",
-    "tests/outcomes/test_feature_check.py",
+    "tests/lake/test_faults.py",
     "tests/outcomes/test_discovery.py",
     "tests/generate/test_generate_segments.py",
     "tests/outcomes/test_broker_states.py",

@@ -10,7 +10,7 @@ tools/ensure_chromium.sh || exit $?
 PYTHON="$PYTHON" bash tools/airflow_venv.sh || exit $?
 ready=$(date +%s)
 # each test module runs whole on one worker (its fixtures built once), the slowest first (tests/conftest.py)
-.venv/bin/python -m pytest -q -n 2 "$@"
+.venv/bin/python -m pytest -q -n 2 --no-loadscope-reorder "$@"
 rc=$?
 end=$(date +%s)
 echo "make test: $((end - start)) s in all (set-up $((ready - start)) s, suite $((end - ready)) s), pytest exit $rc"
