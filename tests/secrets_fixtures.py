@@ -65,7 +65,7 @@ def write_node(root: Path, ts: int = 1_750_000_000_000) -> dict[str, Path]:
     seg = b"".join(build_batch([encode_record_value(r)], base_offset=i, leader_epoch=1, timestamp_ms=ts + i)
                    for i, r in enumerate(recs))
     (part / segment_name(0)).write_bytes(seg)
-    (part / snapshot_name(len(recs), 1)).write_bytes(snapshot_bytes(recs[:4], 1, ts))
+    (part / snapshot_name(2, 1)).write_bytes(snapshot_bytes(recs[:2], 1, ts))   # replay starts there
     (root / "node" / "bootstrap.checkpoint").write_bytes(snapshot_bytes([recs[0], recs[1]], 0, ts))
     text = root / "dump" / "dump-log.txt"
     text.parent.mkdir()

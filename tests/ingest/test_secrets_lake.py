@@ -61,9 +61,10 @@ def test_every_path_leaves_no_secret_in_any_file(fingerprinted_lake, files, spar
 
 
 def test_a_credential_change_is_a_new_version_with_another_fingerprint(fingerprinted_lake):
-    rows = (fingerprinted_lake.read("scram_credentials").where(f"cluster_id = '{CID}' AND record_offset IS NOT NULL")
+    rows = (fingerprinted_lake.read("scram_credentials").where(f"cluster_id = '{CID}' AND NOT deleted")
             .orderBy("valid_from_offset").collect())
     assert [(r["name"], r["iterations"]) for r in rows] == [("alice", 4096), ("alice", 4096)]
+    assert [r["record_offset"] for r in rows] == [1, 5]                     # the credential, then its change
     fps = [r["credential_fingerprint"] for r in rows]
     assert all(f and f.startswith("hmac-sha256:") for f in fps) and fps[0] != fps[1]
     configs = {r["name"]: r["value"] for r in fingerprinted_lake.read("configs").where(f"cluster_id = '{CID}'").collect()}
