@@ -247,6 +247,7 @@ SLOWEST_FIRST: tuple[str, ...] = (
     "tests/ingest/test_ingest_divergent.py",
     "tests/generate/test_generate_events.py",
     "tests/generate/test_generate_log.py",
+    "tests/ingest/test_secrets_lake.py",
     "tests/serve/test_console.py",
     "tests/lake/test_stream.py",
     "tests/outcomes/test_feature_check.py",

@@ -201,6 +201,7 @@ def test_same_seed_same_log_other_seed_different(spark, tiny_generated) -> None:
     partitioning); another seed: different data, not just different plan parameters."""
     from kraft_replay.generate.log import metadata_log
     from kraft_replay.generate.plan import build_plan
+    from kraft_replay.lake.keys import lake_key
     from kraft_replay.generate.requests import feature_update_requests, metadata_requests, produce_requests
     from kraft_replay.generate.runner import scenario_events
     from kraft_replay.generate.scenario import load_scenario
@@ -212,7 +213,7 @@ def test_same_seed_same_log_other_seed_different(spark, tiny_generated) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", "3")
     try:
         plan = build_plan(load_scenario("tiny"))
-        again = metadata_log(spark, plan).repartition(5)
+        again = metadata_log(spark, plan, lake_key(str(tiny_generated.lake_dir), create=False)).repartition(5)
         assert again.exceptAll(stored).count() == 0
         assert stored.exceptAll(again).count() == 0
         for name, df in (("broker_progress", broker_progress(spark, plan)),

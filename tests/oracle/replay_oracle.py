@@ -497,8 +497,10 @@ def _remove(table: str, what: str, key_of) -> Any:  # noqa: ANN001 - a key funct
     return handler
 
 
-def _scram(img: Image, r: Rec, d: dict, vis: Visible) -> None:  # secrets (salt, keys) stay in bronze
-    img.put("scram_credentials", (d["name"], d["mechanism"]), {"iterations": d["iterations"]}, vis)
+def _scram(img: Image, r: Rec, d: dict, vis: Visible) -> None:  # salt and keys stay in bronze (as fingerprints)
+    sk = d["stored_key"]
+    fp = "hmac-sha256:" + sk[12:].hex() if sk is not None and len(sk) == 44 and sk.startswith(b"hmac-sha256:") else None
+    img.put("scram_credentials", (d["name"], d["mechanism"]), {"iterations": d["iterations"], "credential_fingerprint": fp}, vis)
 
 
 def _delegation_token(img: Image, r: Rec, d: dict, vis: Visible) -> None:

@@ -410,7 +410,7 @@ def test_other_record_types() -> None:
     res = _run(b)
     img = res.final_image()
     assert img["acls"] == [{"id": "acl1", **acl}]
-    assert img["scram_credentials"] == [{"name": "alice", "mechanism": 1, "iterations": 4096}]
+    assert img["scram_credentials"] == [{"name": "alice", "mechanism": 1, "iterations": 4096, "credential_fingerprint": None}]
     assert img["delegation_tokens"] == [{"token_id": "tok", "owner": "User:a", "requester": "User:a", "renewers": ["User:b"],
                                          "issue_timestamp": 1, "max_timestamp": 3, "expiration_timestamp": 2}]
     assert img["client_quotas"] == [{"entity_key": '[["client-id",null],["user","a"]]', "key": "producer_byte_rate",

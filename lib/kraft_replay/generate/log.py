@@ -66,8 +66,9 @@ def _ts_array(ms: list[int]) -> pa.Array:
     return pa.array([m * 1000 for m in ms], pa.timestamp("us", tz="UTC"))
 
 
-def structural_log(spark: SparkSession, plan: Plan) -> DataFrame:
-    """Rows of the plan's structural data batches (``payload_json`` added in Spark)."""
+def structural_log(spark: SparkSession, plan: Plan, secrets_key: bytes | None = None) -> DataFrame:
+    """Rows of the plan's structural data batches (``payload_json`` added in Spark), credential
+    material fingerprinted under ``secrets_key`` (:func:`kraft_replay.codec.secrets.redact_records`)."""
     rows: list[tuple[PlannedBatch, int]] = []
     for b in plan.batches:
         if b.control is None:
@@ -84,9 +85,19 @@ def structural_log(spark: SparkSession, plan: Plan) -> DataFrame:
     }
     for f, arr in zip(PAYLOAD_FIELDS, build_payload_columns(recs), strict=True):
         cols[f.name] = arr
-    df = spark.createDataFrame(pa.table(cols))
+    df = spark.createDataFrame(fingerprinted(pa.table(cols), secrets_key))
     combos = {(r.api_key, r.version) for r in recs}
     return _finish_log(df, plan, combos)
+
+
+def fingerprinted(table: pa.Table, secrets_key: bytes | None) -> pa.Table:
+    """Kafka-kraft-facts §12: the generated records of ``table`` with their credential material
+    replaced by fingerprints under the lake key (as ingest does; None keeps it)."""
+    if secrets_key is None or not table.num_rows:
+        return table
+    from kraft_replay.codec.secrets import redact_records
+
+    return pa.Table.from_batches([redact_records(b, secrets_key) for b in table.to_batches()], schema=table.schema)
 
 
 def _finish_log(df: DataFrame, plan: Plan, combos: set[tuple[int, int]],
@@ -289,9 +300,10 @@ def _bulk_records(spark: SparkSession, plan: Plan) -> DataFrame:
     return out
 
 
-def metadata_log(spark: SparkSession, plan: Plan) -> DataFrame:
-    """Every data record of the generated log, schema ``metadata_log``."""
-    return structural_log(spark, plan).unionByName(bulk_log(spark, plan))
+def metadata_log(spark: SparkSession, plan: Plan, secrets_key: bytes | None = None) -> DataFrame:
+    """Every data record of the generated log, schema ``metadata_log`` (credential material
+    fingerprinted under ``secrets_key``)."""
+    return structural_log(spark, plan, secrets_key).unionByName(bulk_log(spark, plan))
 
 
 def control_rows_table(records: list[tuple[ControlRecord, dict[str, Any]]]) -> pa.Table:

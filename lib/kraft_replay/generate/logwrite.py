@@ -152,8 +152,9 @@ def _bulk_writer(info: StagedWrite, cluster_id: str, source_file: str
     return run
 
 
-def structural_table(plan: Plan) -> pa.Table:
-    """The plan's structural data records as ``metadata_log`` rows, built on the driver."""
+def structural_table(plan: Plan, secrets_key: bytes | None = None) -> pa.Table:
+    """The plan's structural data records as ``metadata_log`` rows, built on the driver, credential
+    material fingerprinted under ``secrets_key`` (:func:`kraft_replay.generate.log.fingerprinted`)."""
     recs, rows = [], []
     for b in plan.batches:
         if b.control is None:
@@ -180,18 +181,18 @@ def structural_table(plan: Plan) -> pa.Table:
     cols["offset_bucket"] = pc.divide(cols["offset"], pa.scalar(OFFSET_BUCKET_SIZE, pa.int64()))
     for f, arr in zip(PAYLOAD_FIELDS, build_payload_columns(recs), strict=True):
         cols[f.name] = arr
-    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in LOG_SCHEMA],
-                                schema=LOG_SCHEMA)
+    return L.fingerprinted(pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type)
+                                                 for f in LOG_SCHEMA], schema=LOG_SCHEMA), secrets_key)
 
 
 def write_metadata_log(spark: SparkSession, lake, plan: Plan, replace_where: str,  # noqa: ANN001 - a Lake
-                       progress: Callable[[str], None] = print) -> int:
+                       progress: Callable[[str], None] = print, secrets_key: bytes | None = None) -> int:
     """Generate the plan's ``metadata_log`` rows and replace the rows matching ``replace_where`` with
     them in one commit. Returns the number of rows committed."""
     t0 = time.time()
     staged = lake.new_staging("metadata_log")
     try:
-        structural = structural_table(plan)
+        structural = structural_table(plan, secrets_key)
         write_staged_arrow(staged, structural, "s")
         t1 = time.time()
         with session_conf(spark, _WRITE_CONF):

@@ -11,6 +11,10 @@ an earlier run that never published are rolled back first, the tables are read b
 commits while the run writes them, and every table is published in one commit at the end, so readers
 see the scenario's tables all from the same run.
 
+Credentials the plan holds (its SCRAM records' salts and keys) are fingerprinted under the lake's key
+before anything is written, as ingest does (:func:`kraft_replay.generate.log.fingerprinted`): the
+bronze rows and the ``--segments-out`` files (encoded from them) never hold them.
+
 ``scenario_events`` columns: ``cluster_id``, ``event_id`` int, ``event_type`` string
 (``controller_elected``, ``bootstrap``, ``broker_registered``, ``broker_restart``,
 ``network_partition``, ``controller_failover``, ``rolling_upgrade``, ``feature_update``,
@@ -116,19 +120,24 @@ def generate(spark: SparkSession, lake, scenario: Scenario, *, segments_out: str
 
     from kraft_replay.lake.publish import rollback_line
 
+    from kraft_replay.lake.keys import lake_key, record_secrets
+
     run_id = f"generate-{uuid.uuid4().hex[:12]}"
+    secrets_key = lake_key(lake.root)  # what the plan holds of credentials is fingerprinted, as ingest does
     rolled = lake.start_run(run_id, list(TABLES))
+    record_secrets(lake.root, run_id, False, "generate")
     if rolled:
         progress(rollback_line(rolled))
     try:
-        _write_tables(spark, lake, plan, scenario, res, where, segments_out, progress, t0, run_id)
+        _write_tables(spark, lake, plan, scenario, res, where, segments_out, progress, t0, run_id, secrets_key)
     finally:
         lake.end_run()
     return res
 
 
 def _write_tables(spark: SparkSession, lake, plan: Plan, scenario: Scenario, res: GenerateResult, where: str,  # noqa: ANN001, PLR0913
-                  segments_out: str | None, progress: Callable[[str], None], t0: float, run_id: str) -> None:
+                  segments_out: str | None, progress: Callable[[str], None], t0: float, run_id: str,
+                  secrets_key: bytes | None = None) -> None:
     """Write every table of the run, publish them together, then the segment files (if asked)."""
 
     def write(name: str, df: DataFrame, started: float | None = None) -> None:
@@ -139,17 +148,17 @@ def _write_tables(spark: SparkSession, lake, plan: Plan, scenario: Scenario, res
 
     # metadata_log: Spark computes narrow rows, the tasks widen and write them with pyarrow (logwrite)
     t = time.time()
-    write_metadata_log(spark, lake, plan, where, progress=progress)
+    write_metadata_log(spark, lake, plan, where, progress=progress, secrets_key=secrets_key)
     res.seconds["metadata_log"] = time.time() - t
     progress(f"wrote metadata_log in {res.seconds['metadata_log']:.1f}s")
     with session_conf(spark, DERIVED_CONF):
         log = lake.read("metadata_log", where=where, latest=True)  # this run's rows, not yet published
         # snapshots: data records from the log's state, control rows for header/footer
         t_snap = time.time()
-        snaps = [bootstrap_records(spark, plan)]
+        snaps = [bootstrap_records(spark, plan, secrets_key)]
         points = [(0, 0, "bootstrap", len(plan.bootstrap_records), scenario.start_ms)]
         for sp in plan.snapshots:
-            df, n = snapshot_records(spark, plan, log, sp)
+            df, n = snapshot_records(spark, plan, log, sp, secrets_key)
             snaps.append(df)
             points.append((sp.end_offset, sp.epoch, "snapshot", n, sp.last_contained_ms))
         snap_df = snaps[0]

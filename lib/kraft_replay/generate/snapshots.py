@@ -30,7 +30,14 @@ from kraft_replay.codec.records import MetadataRecord
 from kraft_replay.codec.schema import RECORD_TYPES, ZERO_UUID
 from kraft_replay.generate import mv
 from kraft_replay.generate.jsonexpr import payload_json_column
-from kraft_replay.generate.log import SNAPSHOT_TYPE, control_rows_table, conform, control_record, source_file_name
+from kraft_replay.generate.log import (
+    SNAPSHOT_TYPE,
+    conform,
+    control_record,
+    control_rows_table,
+    fingerprinted,
+    source_file_name,
+)
 from kraft_replay.generate.plan import (
     ACL,
     CLIENT_QUOTA,
@@ -163,8 +170,10 @@ def _position_expr(pos: F.Column) -> Column:
     return F.lit(1) + F.floor((pos - 1) / SNAPSHOT_BATCH_RECORDS).cast("long") * SNAPSHOT_BATCH_RECORDS
 
 
-def snapshot_records(spark: SparkSession, plan: Plan, log: DataFrame, snap: SnapshotPoint) -> tuple[DataFrame, int]:
-    """``snapshot_records`` rows of one snapshot and the number of data records it holds."""
+def snapshot_records(spark: SparkSession, plan: Plan, log: DataFrame, snap: SnapshotPoint,
+                     secrets_key: bytes | None = None) -> tuple[DataFrame, int]:
+    """``snapshot_records`` rows of one snapshot and the number of data records it holds (credential
+    material fingerprinted under ``secrets_key``)."""
     st = snap.state
     level = st["mv"]
     head, tail = _head_records(plan, snap)
@@ -185,7 +194,7 @@ def snapshot_records(spark: SparkSession, plan: Plan, log: DataFrame, snap: Snap
     n_records = pos - 1
     time_ms = snap.last_contained_ms
     common = {"snapshot_end_offset": snap.end_offset, "snapshot_epoch": snap.epoch, "kind": "snapshot"}
-    ddf = _driver_rows(spark, plan, driver, time_ms, common)
+    ddf = _driver_rows(spark, plan, driver, time_ms, common, secrets_key)
     pv = mv.partition_record_version(level)
     starts = spark.createDataFrame(block or [("", 0)], "b_topic_id string, b_start long")
     pdf = parts.join(F.broadcast(starts), F.col("topic_id") == F.col("b_topic_id"))
@@ -210,7 +219,7 @@ def snapshot_records(spark: SparkSession, plan: Plan, log: DataFrame, snap: Snap
 
 
 def _driver_rows(spark: SparkSession, plan: Plan, rows: list[tuple[int, MetadataRecord]], time_ms: int,
-                 common: dict[str, Any]) -> DataFrame:
+                 common: dict[str, Any], secrets_key: bytes | None = None) -> DataFrame:
     recs = [r for _, r in rows]
     cols: dict[str, pa.Array] = {
         "position_in_snapshot": pa.array([p for p, _ in rows], pa.int64()),
@@ -219,7 +228,7 @@ def _driver_rows(spark: SparkSession, plan: Plan, rows: list[tuple[int, Metadata
     }
     for f, arr in zip(PAYLOAD_FIELDS, build_payload_columns(recs), strict=True):
         cols[f.name] = arr
-    df = spark.createDataFrame(pa.table(cols))
+    df = spark.createDataFrame(fingerprinted(pa.table(cols), secrets_key))
     return _finish(df, plan, {(r.api_key, r.version) for r in recs}, time_ms, common)
 
 
@@ -240,11 +249,11 @@ def _finish(df: DataFrame, plan: Plan, combos: set[tuple[int, int]], time_ms: in
     return conform(out, SNAPSHOT_TYPE)
 
 
-def bootstrap_records(spark: SparkSession, plan: Plan) -> DataFrame:
-    """``snapshot_records`` rows of ``bootstrap.checkpoint``."""
+def bootstrap_records(spark: SparkSession, plan: Plan, secrets_key: bytes | None = None) -> DataFrame:
+    """``snapshot_records`` rows of ``bootstrap.checkpoint`` (credential material fingerprinted)."""
     rows = [(1 + i, r) for i, r in enumerate(plan.bootstrap_records)]
     common = {"snapshot_end_offset": 0, "snapshot_epoch": 0, "kind": "bootstrap"}
-    return _driver_rows(spark, plan, rows, plan.scenario.start_ms, common)
+    return _driver_rows(spark, plan, rows, plan.scenario.start_ms, common, secrets_key)
 
 
 def snapshot_control_table(plan: Plan, points: list[tuple[int, int, str, int, int]]) -> pa.Table:

@@ -11,10 +11,15 @@ bronze tables (:mod:`kraft_replay.ingest.schemas`):
 * a control record becomes a ``metadata_control`` row (``source_kind`` log / snapshot / bootstrap);
 * a quarantined range becomes an ``ingest_quarantine`` row;
 * every row carries ``cluster_id`` and ``source_file``; quarantine rows ``ingested_at``.
+
+:func:`redact_chunk` is the one redaction step of every path into bronze (segments, snapshots,
+``bootstrap.checkpoint`` and dump-log text, batch or ``--follow``): the record batches of a chunk with
+their credential material fingerprinted (:func:`kraft_replay.codec.secrets.redact_records`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -23,6 +28,7 @@ import pyarrow as pa
 
 from kraft_replay.codec.decode import ChunkStats, DecodedRecords, decode_records
 from kraft_replay.codec.files import FileKind
+from kraft_replay.codec.secrets import redact_records
 from kraft_replay.ingest.schemas import (
     CONTROL_SCHEMA,
     LOG_SCHEMA,
@@ -33,7 +39,7 @@ from kraft_replay.ingest.schemas import (
     empty_batch,
 )
 
-__all__ = ["ChunkStats", "DecodedChunk", "decode_to_arrow", "bronze_batches"]
+__all__ = ["ChunkStats", "DecodedChunk", "decode_to_arrow", "bronze_batches", "redact_chunk"]
 
 
 @dataclass(slots=True)
@@ -127,6 +133,15 @@ def bronze_batches(records: DecodedRecords, *, cluster_id: str, source_file: str
         "ingested_at": _const(ingested_at, k, TIMESTAMP),
     })
     return DecodedChunk(log, control, snap, quarantine, records.stats, records.consumed)
+
+
+def redact_chunk(chunk: DecodedChunk, key: bytes | None) -> DecodedChunk:
+    """Kafka-kraft-facts §12: ``chunk`` with the SCRAM key material and sensitive config values of its
+    ``metadata_log`` and ``snapshot_records`` rows replaced by fingerprints under ``key`` (the lake
+    key); ``key`` None (``--keep-secrets``) keeps them as decoded."""
+    if key is None:
+        return chunk
+    return dataclasses.replace(chunk, log=redact_records(chunk.log, key), snapshot=redact_records(chunk.snapshot, key))
 
 
 def _const(value: Any, n: int, typ: pa.DataType) -> pa.Array:

@@ -103,7 +103,7 @@ def _write_positions(spark, lake, rows: dict[str, dict]) -> None:  # noqa: ANN00
 
 
 def _poll(spark, lake, paths: list[str], cluster_id: str | None, positions: dict[str, dict],  # noqa: ANN001, PLR0913
-          report: FollowReport, say: Callable[[str], None]) -> None:
+          report: FollowReport, say: Callable[[str], None], keep_secrets: bool = False) -> None:
     from kraft_replay.ingest.pipeline import run_ingest
 
     try:
@@ -171,7 +171,7 @@ def _poll(spark, lake, paths: list[str], cluster_id: str | None, positions: dict
         return
     try:
         summary = run_ingest(spark, lake, slices, cluster_id=cluster_id or files[0].cluster_id,
-                             say=lambda s: say("  " + s.strip()))
+                             say=lambda s: say("  " + s.strip()), keep_secrets=keep_secrets)
     finally:
         shutil.rmtree(spool, ignore_errors=True)
     report.runs += 1
@@ -192,9 +192,10 @@ def check_follow_paths(paths: list[str]) -> None:
 
 def follow(spark, lake, paths: list[str], *, cluster_id: str | None = None, interval: float = 1.0,  # noqa: ANN001
            polls: int | None = None, run_for: float | None = None,
-           say: Callable[[str], None] = print) -> FollowReport:
+           say: Callable[[str], None] = print, keep_secrets: bool = False) -> FollowReport:
     """Poll ``paths`` every ``interval`` seconds (``polls`` times, for ``run_for`` seconds, or until
-    interrupted), ingesting whole new batches, new snapshots and new segments exactly once."""
+    interrupted), ingesting whole new batches, new snapshots and new segments exactly once (each poll
+    an ordinary ingest run: credential material fingerprinted unless ``keep_secrets``)."""
     check_follow_paths(paths)
     paths = [os.path.expanduser(p) for p in paths]
     report = FollowReport()
@@ -207,7 +208,7 @@ def follow(spark, lake, paths: list[str], *, cluster_id: str | None = None, inte
         while True:
             started = time.time()
             report.polls += 1
-            _poll(spark, lake, paths, cluster_id, positions, report, say)
+            _poll(spark, lake, paths, cluster_id, positions, report, say, keep_secrets)
             if polls is not None and report.polls >= polls:
                 break
             if run_for is not None and time.time() - t0 >= run_for:

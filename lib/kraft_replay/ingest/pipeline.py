@@ -93,7 +93,9 @@ from kraft_replay.ingest.schemas import (
     QUARANTINE_SCHEMA,
     SNAPSHOT_SCHEMA,
 )
+from kraft_replay.ingest.bronze import redact_chunk
 from kraft_replay.ingest.sources import InputFile, discover
+from kraft_replay.lake.keys import lake_key, record_secrets
 from kraft_replay.lake.staged import write_staged_arrow
 from kraft_replay.ingest.tables import (
     INGEST_FILES,
@@ -192,14 +194,19 @@ def _decode_range(read: Callable[[int, int], bytes], pos: int, stop_at: int, end
         out["end_pos"] = pos
 
 
-def _task_chunks(t: dict, ingested_at: datetime, out: dict | None = None) -> Iterator:
-    """DecodedChunks of one task row (see :class:`kraft_replay.ingest.plan.Task`). ``out`` receives
-    ``first_pos`` / ``end_pos`` (where decoding started and stopped; ``first_pos`` None when no batch
-    starts in the range) and ``read_bytes``."""
+def _task_chunks(t: dict, ingested_at: datetime, out: dict | None = None, secrets_key: bytes | None = None) -> Iterator:
+    """DecodedChunks of one task row (see :class:`kraft_replay.ingest.plan.Task`), credential material
+    fingerprinted under ``secrets_key`` (:func:`kraft_replay.ingest.bronze.redact_chunk`; None: kept as
+    decoded). ``out`` receives ``first_pos`` / ``end_pos`` (where decoding started and stopped;
+    ``first_pos`` None when no batch starts in the range) and ``read_bytes``."""
+    for c in _decoded_chunks(t, ingested_at, {} if out is None else out):
+        yield redact_chunk(c, secrets_key)
+
+
+def _decoded_chunks(t: dict, ingested_at: datetime, out: dict) -> Iterator:
     from kraft_replay.ingest.plan import RangeReader, find_batch_start
     from kraft_replay.ingest.sources import read_range
 
-    out = {} if out is None else out
     kind = t["file_kind"]
     path, start, end = t["path"], t["start"], t["end"]
     out.update(first_pos=None, end_pos=None, read_bytes=0)
@@ -291,14 +298,16 @@ class _SideOutput:
 
 
 def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log: bool = True,
-                 sinks: dict | None = None, records_acc=None) -> Iterator[pa.RecordBatch]:  # noqa: ANN001
+                 sinks: dict | None = None, records_acc=None, secrets_key: bytes | None = None,
+                 ) -> Iterator[pa.RecordBatch]:  # noqa: ANN001
     """Decode task rows (file, byte range, kind ...): yield ``metadata_log`` batches, and write the
     task's control/snapshot/quarantine rows and its statistics row into ``staging`` (deterministic
     file names, so a retried task overwrites its own output). A side table named in ``sinks`` (a
     :class:`kraft_replay.lake.staged.StagedWrite` per table) is written into that staged write instead.
     Side rows are written out every ``_SIDE_FLUSH_ROWS`` rows (:class:`_SideOutput`) and the decoder
     works in pieces with a row budget (:func:`_decode_range`), so a task's memory stays bounded.
-    ``records_acc``: a Spark accumulator the decoded record count is added to (live progress)."""
+    ``records_acc``: a Spark accumulator the decoded record count is added to (live progress).
+    ``secrets_key``: the lake's fingerprint key (None: ``--keep-secrets``)."""
     from kraft_replay.ingest.bronze import ChunkStats
 
     sinks = sinks or {}
@@ -307,7 +316,7 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
         total = ChunkStats()
         first_q: tuple[int, str] | None = None
         where: dict = {}
-        for c in _task_chunks(t, ingested_at, where):
+        for c in _task_chunks(t, ingested_at, where, secrets_key):
             if emit_log and c.log.num_rows:
                 yield c.log
             for name, part in ((METADATA_CONTROL, c.control), (SNAPSHOT_RECORDS, c.snapshot), (INGEST_QUARANTINE, c.quarantine)):
@@ -342,10 +351,11 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
 
 
 def _mapper(ingested_at: datetime, staging: str, emit_log: bool,
-            records_acc=None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
+            records_acc=None, secrets_key: bytes | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            yield from decode_tasks(b.to_pylist(), ingested_at, staging, emit_log, records_acc=records_acc)
+            yield from decode_tasks(b.to_pylist(), ingested_at, staging, emit_log, records_acc=records_acc,
+                                    secrets_key=secrets_key)
 
     return run
 
@@ -358,7 +368,7 @@ WRITTEN_SCHEMA = StructType([
 
 
 def _staged_mapper(ingested_at: datetime, staging: str, staged: dict,
-                   records_acc=None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
+                   records_acc=None, secrets_key: bytes | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:  # noqa: ANN001
     """Decode tasks and write their rows with pyarrow into staged writes of the lake (``staged``: a
     :class:`kraft_replay.lake.staged.StagedWrite` per table; ``metadata_log`` required, side tables
     not named there go to ``staging``); yield one small row per task (files, log rows).
@@ -378,7 +388,7 @@ def _staged_mapper(ingested_at: datetime, staging: str, staged: dict,
                         rows += batch.num_rows
                         yield batch
 
-                paths = write_staged_arrow(staged[METADATA_LOG], counted(decode_tasks([t], ingested_at, staging, True, sides, records_acc)),
+                paths = write_staged_arrow(staged[METADATA_LOG], counted(decode_tasks([t], ingested_at, staging, True, sides, records_acc, secrets_key)),
                                            part_id=f"{t['task_id']:06d}")
                 yield pa.RecordBatch.from_pydict({"task_id": [t["task_id"]], "files": [len(paths)], "rows": [rows]},
                                                  schema=pa.schema([("task_id", pa.int64()), ("files", pa.int64()),
@@ -535,8 +545,13 @@ def run_ingest(
     strict: bool = False,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     say: Callable[[str], None] = print,
+    keep_secrets: bool = False,
 ) -> IngestSummary:
-    """Ingest KRaft files (segments, snapshots, bootstrap.checkpoint, dump-log text) into the bronze tables."""
+    """Ingest KRaft files (segments, snapshots, bootstrap.checkpoint, dump-log text) into the bronze tables.
+
+    Credential material is fingerprinted under the lake's key as it is decoded (kafka-kraft-facts §12,
+    :mod:`kraft_replay.codec.secrets`); ``keep_secrets`` keeps it as decoded, and the lake records that
+    it now holds it in the clear (:mod:`kraft_replay.lake.keys`) before anything is committed."""
     t0 = time.time()
     run_id = uuid.uuid4().hex[:12]
     now = datetime.now(timezone.utc)
@@ -555,18 +570,20 @@ def run_ingest(
     from kraft_replay.lake.publish import rollback_line
 
     ensure_bronze_tables(lake)
+    secrets_key = None if keep_secrets else lake_key(lake.root)
     # One writer per lake: commits of an earlier run that never published are a dead run's.
     rolled = lake.start_run(run_id, list(BRONZE_TABLES))
     if rolled:
         say(f"ingest {run_id}: {rollback_line(rolled)}")
     _remove(_staging_dir(lake, "").rstrip("/"))  # run staging dirs of dead runs
+    record_secrets(lake.root, run_id, keep_secrets, "ingest")  # before any commit: a clear lake says so
     try:
-        return _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_bytes, say, rolled)
+        return _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_bytes, say, rolled, secrets_key)
     finally:
         lake.end_run()
 
 
-def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_bytes, say, rolled):  # noqa: ANN001, ANN202, PLR0913
+def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_bytes, say, rolled, secrets_key):  # noqa: ANN001, ANN202, PLR0913
     """:func:`run_ingest` once the run has started (rolled back what needed it)."""
     from kraft_replay.ingest.tables import BRONZE_TABLES
 
@@ -617,11 +634,12 @@ def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_byt
         tasks: list = []
         if bounds is not None:
             direct = _ingest_direct(spark, lake, todo, plan_ranges(todo, split_bytes), bounds, staging, ingested_at, strict,
-                                    app_id, summary, say, split_bytes)
+                                    app_id, summary, say, split_bytes, secrets_key=secrets_key)
             if direct is not None:
                 stats, tasks = direct
         if stats is None:
-            stats, tasks = _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say)
+            stats, tasks = _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say,
+                                         secrets_key=secrets_key)
         by_task = {t.task_id: t for t in tasks}
         results = {f.path: FileResult(f, "") for f in todo}
         for st in stats:
@@ -919,7 +937,7 @@ def _discard_task_output(staged: list, staging: str, task_ids: list[int]) -> Non
 
 
 def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, strict, app_id, summary, say,  # noqa: ANN001, ANN202, PLR0913
-                   split_bytes=DEFAULT_SPLIT_BYTES):
+                   split_bytes=DEFAULT_SPLIT_BYTES, secrets_key=None):
     """The direct path: one decode job whose tasks write every table's rows with pyarrow into staged
     writes; the driver verifies that the resynchronised ranges of every file chain (else discards
     the output of that file's unverified tasks and decodes the rest of the file again with
@@ -940,7 +958,7 @@ def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, stric
                 pass
 
     def decode(job: list) -> dict[int, int]:
-        mapper = _staged_mapper(ingested_at, staging, staged, records_acc)
+        mapper = _staged_mapper(ingested_at, staging, staged, records_acc, secrets_key)
         rows = _with_progress(spark, sum(t.end - t.start for t in job), say,
                               lambda: _tasks_df(spark, job).mapInArrow(mapper, WRITTEN_SCHEMA).collect(), records_acc)
         return {r["task_id"]: r["rows"] for r in rows}
@@ -1016,7 +1034,7 @@ def _strict_message(quarantined: list[dict], by_task: dict) -> str:
             "Re-run without --strict to ingest the valid batches and quarantine the rest")
 
 
-def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say):  # noqa: ANN001, ANN202, PLR0913
+def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, app_id, summary, say, secrets_key=None):  # noqa: ANN001, ANN202, PLR0913
     """The de-duplicating path (rows may repeat: overlapping inputs, or rows already in the tables):
     batch-aligned tasks planned by walking the files on the driver, Spark plans the de-duplication /
     anti-joins and appends through the lake. Returns the task statistics and the tasks."""
@@ -1028,7 +1046,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
     if strict:
         acc = spark.sparkContext.accumulator(0)
         _with_progress(spark, summary.bytes, say,
-                       lambda: tasks_df.mapInArrow(_mapper(ingested_at, staging, False, acc), log_schema).count(), acc)
+                       lambda: tasks_df.mapInArrow(_mapper(ingested_at, staging, False, acc, secrets_key), log_schema).count(), acc)
         quarantined = [st for st in _read_stats(staging) if st["quarantined"]]
         if quarantined:
             raise IngestError(_strict_message(quarantined, {t.task_id: t for t in tasks}))
@@ -1063,7 +1081,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         acc = spark.sparkContext.accumulator(0)
         try:
             written = _with_progress(spark, summary.bytes, say,
-                                     lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, {METADATA_LOG: log_staged}, acc),
+                                     lambda: tasks_df.mapInArrow(_staged_mapper(ingested_at, staging, {METADATA_LOG: log_staged}, acc, secrets_key),
                                                                  WRITTEN_SCHEMA).collect(), acc)
         except BaseException:
             lake.abort_staged(log_staged)
@@ -1076,7 +1094,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         # Rows may repeat (overlapping inputs, or offsets already in the table): Spark plans the
         # de-duplication / anti-join and writes through lake.append.
         acc = spark.sparkContext.accumulator(0)
-        log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True, acc), log_schema)
+        log_df = tasks_df.mapInArrow(_mapper(ingested_at, staging, True, acc, secrets_key), log_schema)
         if overlap or existing is not None:
             log_df = with_copy_digest(log_df)
         if overlap:
@@ -1093,7 +1111,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
         finally:
             spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", previous)
         if res.skipped:  # the log was committed by an earlier attempt of this run's file set: decode for the rest
-            tasks_df.mapInArrow(_mapper(ingested_at, staging, False), log_schema).count()
+            tasks_df.mapInArrow(_mapper(ingested_at, staging, False, secrets_key=secrets_key), log_schema).count()
     summary.rows[METADATA_LOG] = 0 if res.skipped else int(res.rows)
     say(f"  decoded and wrote {METADATA_LOG}: {summary.rows[METADATA_LOG]} rows in {time.time() - t1:.1f}s")
 

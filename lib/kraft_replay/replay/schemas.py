@@ -212,7 +212,7 @@ _TABLES: tuple[SilverTable, ...] = (
     SilverTable(
         "scram_credentials",
         (_f("name", pa.string()), _f("mechanism", pa.int8())),
-        (_f("iterations", pa.int32()),),
+        (_f("iterations", pa.int32()), _f("credential_fingerprint", pa.string())),
     ),
     SilverTable(
         "delegation_tokens",

@@ -1,6 +1,8 @@
-"""``kraft-replay dashboard [--port N] [--host H] [--refresh SECONDS]``: serve the live cache-lag dashboard
-of a lake (:mod:`kraft_replay.serve.dashboard`) until interrupted. No Spark: the page reads the tables
-with delta-rs at the versions readers see, and re-reads a table only when a new version is published.
+"""``kraft-replay dashboard [--port N] [--host H] [--auth FILE | --no-auth] [--refresh SECONDS]``: serve the
+live cache-lag dashboard of a lake (:mod:`kraft_replay.serve.dashboard`) until interrupted. No Spark: the
+page reads the tables with delta-rs at the versions readers see, and re-reads a table only when a new
+version is published. On a non-loopback ``--host`` it needs ``--auth FILE`` (HTTP basic auth) or
+``--no-auth`` (:mod:`kraft_replay.serve.auth`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import socket
 EPILOG = """examples:
   kraft-replay dashboard --lake ./lake                        # http://127.0.0.1:8050/
   kraft-replay dashboard --lake ./lake --port 8080 --refresh 10
-  kraft-replay dashboard --lake ./lake --host 0.0.0.0         # reachable from other machines
+  kraft-replay dashboard --lake ./lake --host 0.0.0.0 --auth users.txt   # other machines, with a login
+  python -m kraft_replay.serve.auth alice >> users.txt                   # a user of users.txt
   (keep `kraft-replay replay --mode stream` running on the same lake for live data)
 """
 
@@ -54,9 +57,22 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError(f"--refresh must be a positive number of seconds, not {args.refresh}")
     if not 1 <= args.port <= 65535:
         raise UserError(f"--port must be a TCP port (1-65535), not {args.port}")
+    from kraft_replay.lake.keys import clear_secrets_warning
+    from kraft_replay.serve.auth import AuthError, BasicAuth, check_exposure, load_users
+
+    try:
+        check_exposure(args.host, args.auth, args.no_auth)
+        auth = BasicAuth(load_users(args.auth)) if args.auth else None
+    except AuthError as exc:
+        raise UserError(str(exc)) from None
     root = _lake_root(args)
+    warning = clear_secrets_warning(root)
+    if warning:
+        print(warning, flush=True)
     _check_port_free(args.host, args.port)
     app = create_app(root, refresh_ms=int(args.refresh * 1000))
+    if auth is not None:
+        auth.install(app.server)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per poll of every open page
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"kraft-replay dashboard: lake {root} on http://{shown_host}:{args.port}/ "
@@ -75,6 +91,10 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=8050, help="TCP port (default 8050)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--auth", default=None, metavar="FILE",
+                   help="require HTTP basic auth: FILE holds name:scrypt:... lines (python -m kraft_replay.serve.auth NAME)")
+    p.add_argument("--no-auth", action="store_true",
+                   help="serve a non-loopback --host without authentication (anyone reaching the port sees the tables)")
     p.add_argument("--refresh", type=float, default=3.0, metavar="SECONDS",
                    help="how often the page polls the lake (default 3)")
     p.set_defaults(func=_run)

@@ -35,6 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster-id", default=None,
                    help="cluster id for every row (default: cluster.id from meta.properties, else the data dir name)")
     p.add_argument("--strict", action="store_true", help="fail (commit nothing) if any byte range must be quarantined")
+    p.add_argument("--keep-secrets", action="store_true",
+                   help="keep SCRAM salts/keys and sensitive config values as the log holds them instead of "
+                        "fingerprints (a forensic lake on an encrypted disk); recorded in the lake, whose readers "
+                        "then warn; `kraft-replay redact` undoes it")
     p.add_argument("--split-mb", type=int, default=32,
                    help="cut files into byte ranges of about this size (MB), one decode task each; each task "
                         "resynchronises at a batch boundary and the ranges are verified to chain")
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     summary = run_ingest(spark, lake, list(args.paths), cluster_id=args.cluster_id, strict=args.strict,
-                         split_bytes=args.split_mb * 1024 * 1024, say=say)
+                         split_bytes=args.split_mb * 1024 * 1024, say=say, keep_secrets=args.keep_secrets)
     if args.json:
         from kraft_replay.serve.common import print_json
 
@@ -105,6 +109,6 @@ def _follow(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     report = follow(spark, lake, list(args.paths), cluster_id=args.cluster_id, interval=interval,
-                    polls=args.polls, run_for=args.run_for, say=say)
+                    polls=args.polls, run_for=args.run_for, say=say, keep_secrets=args.keep_secrets)
     print(report.line(), flush=True)
     return 0

@@ -110,11 +110,6 @@ def run(args: argparse.Namespace) -> int:
         print("kraft-replay ingest-metrics: interrupted; every completed poll is published", file=sys.stderr)
         return 130
     assert isinstance(summary, MetricsSummary)
-    if args.json:
-        from kraft_replay.serve.common import print_json
+    from kraft_replay.serve.common import print_summary
 
-        print_json(summary)
-        return 0
-    for line in summary.lines():
-        print(line, flush=True)
-    return 0
+    return print_summary(summary, args.json)

@@ -75,11 +75,6 @@ def run(args: argparse.Namespace) -> int:
                                features_policy=features_policy, say=lambda s: print(s, file=sys.stderr, flush=True))
     except OutcomesError as exc:
         raise UserError(str(exc)) from None
-    if args.json:
-        from kraft_replay.serve.common import print_json
+    from kraft_replay.serve.common import print_summary
 
-        print_json(summary)
-        return 0
-    for line in summary.lines():
-        print(line, flush=True)
-    return 0
+    return print_summary(summary, args.json)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 EPILOG = """examples:
   kraft-replay report --lake ./lake --out report.html
@@ -21,9 +22,14 @@ def _run(args: argparse.Namespace) -> int:
     from kraft_replay.serve.cli import UserError
     from kraft_replay.serve.report import facts_line, write_report
 
+    from kraft_replay.lake.keys import clear_secrets_warning
+
     root = args.lake or load_profile(args.profile).lake.root
     if not root or not Path(root).is_dir():
         raise UserError(f"no lake at {root!r}: pass --lake DIR (a lake `kraft-replay replay` and `outcomes` wrote)")
+    warning = clear_secrets_warning(root)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     clusters = charts.load_frames(LakeReader(root)).clusters
     if args.cluster_id and args.cluster_id not in clusters:
         raise UserError(f"cluster {args.cluster_id!r} has no replay or outcome tables in {root} "

@@ -10,6 +10,11 @@
   objects) or ``--csv``. Without one: an interactive shell (statements end with ``;``; ``\\tables``,
   ``\\functions``, ``\\q``); statements piped on stdin run one after another.
 
+* ``ingest_quarantine`` is shown without its ``raw`` bytes (the undecodable ranges may hold
+  credential material the decoder could not fingerprint) unless ``--include-raw``.
+* On a lake that holds credentials in the clear (``ingest --keep-secrets``) a one-line warning goes to
+  stderr first.
+
 A statement Spark cannot analyse, an unknown table or a version the table does not have is one line,
 exit 2 (in the shell: printed, and the shell goes on).
 """
@@ -35,6 +40,8 @@ EPILOG = """examples:
 TIME_TRAVEL = re.compile(r"`?\b([A-Za-z_][A-Za-z0-9_]*)@v(\d+)\b`?")
 #: cells wider than this are cut with "..." in table output
 MAX_CELL = 60
+#: table -> columns hidden from SQL unless ``--include-raw``
+RAW_COLUMNS = {"ingest_quarantine": ("raw",)}
 
 
 class SqlError(Exception):
@@ -62,13 +69,22 @@ def format_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
 class Session:
     """The lake's tables as views and the image functions on one SparkSession; runs statements."""
 
-    def __init__(self, spark, lake) -> None:  # noqa: ANN001 - SparkSession, Lake
+    def __init__(self, spark, lake, include_raw: bool = False) -> None:  # noqa: ANN001 - SparkSession, Lake
         from kraft_replay.replay.images import register_image_functions
 
         self.spark = spark
         self.lake = lake
+        self.include_raw = include_raw
         self.tables = sorted(lake.register_views())
+        for name in self.tables:
+            if name in RAW_COLUMNS and not include_raw:
+                self._without_raw(name, spark.table(name)).createOrReplaceTempView(name)
         self.functions = register_image_functions(spark, self.tables)
+
+    def _without_raw(self, name: str, df):  # noqa: ANN001, ANN202 - a DataFrame
+        """``df`` less the raw columns of ``name`` unless ``--include-raw``."""
+        hidden = () if self.include_raw else RAW_COLUMNS.get(name, ())
+        return df.drop(*[c for c in hidden if c in df.columns])
 
     def _travel(self, statement: str) -> str:
         """Register a view for each ``table@vN`` and put its name in the statement."""
@@ -80,7 +96,7 @@ class Session:
             if version > head:
                 raise SqlError(f"table {name!r} has versions 0..{head}, not {version}")
             view = f"{name}__v{version}"
-            self.lake.read(name, version=version).createOrReplaceTempView(view)
+            self._without_raw(name, self.lake.read(name, version=version)).createOrReplaceTempView(view)
             return view
 
         return TIME_TRAVEL.sub(swap, statement)
@@ -188,9 +204,14 @@ def _run(args: argparse.Namespace) -> int:
     from kraft_replay.serve.cli import UserError
     from kraft_replay.serve.common import open_lake
 
+    from kraft_replay.lake.keys import clear_secrets_warning
+
     fmt = "json" if args.json else "csv" if args.csv else "table"
     spark, lake = open_lake(args)
-    session = Session(spark, lake)
+    warning = clear_secrets_warning(lake.root)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    session = Session(spark, lake, include_raw=args.include_raw)
     if args.statement is None:
         return shell(session, fmt)
     for st in statements(args.statement):
@@ -212,4 +233,7 @@ def register(sub) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
     g.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    p.add_argument("--include-raw", action="store_true",
+                   help="show ingest_quarantine.raw, the bytes of the ranges that could not be decoded (they may hold "
+                        "credentials the decoder could not fingerprint); hidden by default")
     p.set_defaults(func=_run)

@@ -27,6 +27,16 @@ def add_json_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
 
 
+def print_summary(summary: object, as_json: bool) -> int:
+    """A job's summary: one JSON object (``--json``, :func:`print_json`) or its ``lines()``; returns 0."""
+    if as_json:
+        print_json(summary)
+        return 0
+    for line in summary.lines():  # type: ignore[attr-defined]
+        print(line, flush=True)
+    return 0
+
+
 def print_json(summary: object, **extra: object) -> None:
     """A job's summary (a dataclass) and ``extra`` fields as one JSON object on stdout (``--json``)."""
     import dataclasses
