@@ -16,6 +16,7 @@ import pytest
 from kraft_replay.codec.batch import build_batch, scan_batch_headers
 from kraft_replay.codec.records import MetadataRecord, encode_record_value
 from kraft_replay.ingest import run_ingest
+from kraft_replay.lake.keys import lake_key
 from kraft_replay.ingest.bronze import decode_to_arrow
 from kraft_replay.ingest.pipeline import _Progress, _read_stats, decode_tasks
 from kraft_replay.ingest.plan import RangeReader, find_batch_start, plan_ranges
@@ -35,10 +36,15 @@ def _node(tmp_path: Path, name: str, data: bytes) -> Path:
     return d.parent
 
 
-def _expected(data: bytes) -> tuple[list[tuple], list[tuple]]:
-    """Rows of the sequential decoder over the whole file (the reference semantics)."""
+def _expected(data: bytes, key: bytes | None = None) -> tuple[list[tuple], list[tuple]]:
+    """Rows of the sequential decoder over the whole file (the reference semantics), credential
+    material fingerprinted under ``key`` as ingest does (kraft_replay.codec.secrets)."""
+    from kraft_replay.codec.secrets import redact_records
+
     c = decode_to_arrow(data, cluster_id="c", source_file="00000000000000000000.log", file_kind="segment")
-    log = sorted(tuple(r[k] for k in COLS) for r in c.log.to_pylist())
+    batches = c.log.to_batches() if isinstance(c.log, pa.Table) else [c.log]
+    rows = pa.Table.from_batches([b if key is None else redact_records(b, key) for b in batches], c.log.schema)
+    log = sorted(tuple(r[k] for k in COLS) for r in rows.to_pylist())
     q = sorted((r["source_position"], r["length"], r["reason_code"]) for r in c.quarantine.to_pylist())
     return log, q
 
@@ -203,12 +209,12 @@ def test_corrupt_batches_and_batch_like_payloads_give_the_sequential_rows(spark,
     assert any(f"after byte {at_start.position}" in x for x in rerun)
 
     log, q = _ingested(lake, "corrupt")
-    want_log, want_q = _expected(corrupt)
+    want_log, want_q = _expected(corrupt, lake_key(lake.root))
     assert q == want_q == sorted([(mid.position, mid.size, "CRC_MISMATCH"), (at_start.position, at_start.size, "CRC_MISMATCH")])
     assert log == want_log and len({r[0] for r in log}) == len(log)
 
     log, q = _ingested(lake, "tricky")
-    want_log, want_q = _expected(tricky)
+    want_log, want_q = _expected(tricky, lake_key(lake.root))
     assert q == want_q == []
     assert log == want_log and len(log) == 400 * 5 + 200
     assert not [r for r in log if r[1] >= 10**12]  # no row from a fake batch inside a payload
