@@ -247,17 +247,44 @@ def test_reader_scan_reads_the_published_rows_a_filter_keeps(spark, lake, events
     assert reader.scan("nope") is None
 
 
-def test_create_table_evolve_adds_trailing_columns_only(spark, lake, events_table):
-    """``create_table(evolve=True)``: a table whose columns are the first of the new schema gains the
-    rest in one commit (old rows null there); any other difference is still refused."""
+def test_create_table_evolve_adds_the_columns_a_wider_schema_has(spark, lake, events_table):
+    """``create_table(evolve=True)``: a table whose columns are all columns of the new schema, in order,
+    gains the others in one commit (old rows null there) — trailing ones by a schema change, others by a
+    rewrite of its rows; any other difference is still refused."""
     lake.append(events_table, events(spark, 0, 10))
     wider = StructType([*EVENTS.fields, StructField("note", StringType())])
     assert lake.create_table(events_table, wider, ["part"], evolve=True) is False
     assert lake.schema(events_table).fieldNames() == wider.fieldNames()
     assert lake.read(events_table).where("note IS NULL").count() == 10
+    inner = StructType([*wider.fields[:2], StructField("tag", LongType()), *wider.fields[2:]])
+    version = lake.version(events_table)
+    assert lake.create_table(events_table, inner, ["part"], evolve=True) is False
+    assert lake.version(events_table) == version + 1 and lake.schema(events_table).fieldNames() == inner.fieldNames()
+    assert sorted(r.id for r in lake.read(events_table).where("tag IS NULL AND name IS NOT NULL").collect()) == list(range(10))
     with pytest.raises(Exception, match="exists with schema"):
         lake.create_table(events_table, StructType([StructField("x", LongType()), StructField("part", LongType())]),
                           ["part"], evolve=True)
+
+
+def test_overwrite_with_a_schema_drops_a_column_in_one_commit_a_rollback_undoes(spark, lake, events_table):
+    """``overwrite(schema=...)``: the rows and the schema replaced in one commit, partitioning kept; a run
+    that never publishes it is rolled back to the old schema and rows by the next run."""
+    lake.append(events_table, events(spark, 0, 30))
+    lake.publish([events_table], "first")
+    narrow = StructType([f for f in EVENTS.fields if f.name != "name"])
+    lake.start_run("drop-name", [events_table])
+    r = lake.overwrite(events_table, lake.read(events_table).drop("name"), schema=narrow)
+    lake.end_run()                                                  # never published
+    assert r.removed_files >= 1 and lake.schema(events_table).fieldNames() == narrow.fieldNames()
+    assert "name" in lake.read(events_table).columns               # readers: the published version
+    lake.start_run("next", [events_table])                         # rolls the dead run back
+    lake.end_run()
+    assert lake.schema(events_table).fieldNames() == EVENTS.fieldNames() and lake.read(events_table, latest=True).count() == 30
+    lake.overwrite(events_table, lake.read(events_table).drop("name"), schema=narrow)   # a run of its own: published
+    back = lake.read(events_table)
+    assert back.columns == narrow.fieldNames() and back.count() == 30 and len(lake.read(events_table, where="part = 1").collect()) == 10
+    with pytest.raises(Exception, match="whole-table overwrite only"):
+        lake.overwrite(events_table, back, replace_where="part = 1", schema=narrow)
 
 
 def test_read_arrow_gives_the_rows_spark_reads_at_the_same_version(spark, lake, events_table):

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructField, StructType
 from kraft_replay.lake.backend import LakeBackend, make_backend
 from kraft_replay.lake.deltars import CommitResult
 from kraft_replay.lake.errors import InvalidArgumentError
-from kraft_replay.lake.schema import same_schema
+from kraft_replay.lake.schema import same_schema, same_type
 from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_LOCK, Rollback, dead_commits, delete_files
 
 if TYPE_CHECKING:
@@ -61,6 +61,12 @@ class _Run:
     checked: set[str] = field(default_factory=set)  # tables whose adoption was settled
 
 
+def _columns_within(have: StructType, want: StructType) -> bool:
+    """Whether every column of ``have`` is a column of ``want`` of the same type, in the same order."""
+    rest = iter(want.fields)
+    return all(any(f.name == g.name and same_type(f.dataType, g.dataType) for g in rest) for f in have.fields)
+
+
 def _valid_name(name: str) -> str:
     """Table names are ASCII identifiers (they become directory names and SQL view names)."""
     if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
@@ -96,14 +102,24 @@ class Lake:
     def create_table(self, name: str, schema: StructType, partition_by: list[str] | None = None,
                      evolve: bool = False) -> bool:
         """Create ``name`` if missing (True when created); an existing table must match schema and partitioning.
-        ``evolve``: an existing table whose columns are the first columns of ``schema`` gets the others
-        added (nullable; its rows read null there) in one commit first — a table a newer release widened."""
+        ``evolve``: an existing table whose columns are all columns of ``schema``, in its order and of its
+        types, gets the others (nullable; its rows read null there) in one commit first — a table a
+        newer release widened: added at the end by a change of the schema alone, elsewhere by a rewrite
+        of the table's rows (:meth:`overwrite` with ``schema``)."""
         name = _valid_name(name)
         if evolve and self._impl.exists(name):
             have = self._impl.schema(name)
             n = len(have.fields)
             if len(schema.fields) > n and same_schema(have, StructType(schema.fields[:n])):
                 self._impl.add_columns(name, StructType([StructField(f.name, f.dataType, True) for f in schema.fields[n:]]))
+            elif len(schema.fields) > n and _columns_within(have, schema):
+                from pyspark.sql import functions as F
+
+                old = self.read(name, latest=True)
+                self.overwrite(name, old.select(*[F.col(f.name) if f.name in old.columns else
+                                                  F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields]),
+                               schema=StructType([StructField(f.name, f.dataType, True) if f.name not in old.columns else f
+                                                  for f in schema.fields]))
         return self._impl.create_table(name, schema, list(partition_by or []))
 
     def exists(self, name: str) -> bool:
@@ -145,10 +161,13 @@ class Lake:
         return self._write(name, lambda: self._impl.write(name, df, mode="append", txn=txn))
 
     def overwrite(self, name: str, df: DataFrame, replace_where: str | None = None,
-                  txn: tuple[str, int] | None = None) -> CommitResult:
-        """Replace the whole table, or only the partitions matching ``replace_where`` (partition columns only)."""
+                  txn: tuple[str, int] | None = None, schema: StructType | None = None) -> CommitResult:
+        """Replace the whole table, or only the partitions matching ``replace_where`` (partition columns only).
+        ``schema`` (a whole-table overwrite only): the table's schema from this commit on, columns dropped
+        or added; its partitioning stays."""
         name = _valid_name(name)
-        return self._write(name, lambda: self._impl.write(name, df, mode="overwrite", replace_where=replace_where, txn=txn))
+        return self._write(name, lambda: self._impl.write(name, df, mode="overwrite", replace_where=replace_where, txn=txn,
+                                                          schema=schema))
 
     def replace_published(self, name: str, df: DataFrame, replace_where: str, run_id: str,
                           schema: StructType | None = None, partition_by: list[str] | None = None) -> CommitResult:

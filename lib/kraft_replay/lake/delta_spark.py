@@ -90,10 +90,15 @@ class DeltaSparkBackend:
         self.spark.sql(f"ALTER TABLE delta.{sql_ident(self._path(name))} ADD COLUMNS ({cols})")
 
     def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
-              txn: tuple[str, int] | None = None) -> CommitResult:
+              txn: tuple[str, int] | None = None, schema: StructType | None = None) -> CommitResult:
         before = self.version(name)
-        df = conform(name, self.schema(name), df)
+        df = conform(name, schema or self.schema(name), df)
         writer = df.write.format("delta").mode(mode).option("maxRecordsPerFile", self.target_file_rows)
+        if schema is not None:  # a whole-table overwrite that sets the schema: Delta's overwriteSchema
+            if mode != "overwrite" or replace_where is not None:
+                raise InvalidArgumentError(f"table {name!r}: a new schema is written by a whole-table overwrite only")
+            parts = list(self._table(name).detail().collect()[0]["partitionColumns"])
+            writer = writer.option("overwriteSchema", "true").partitionBy(*parts)
         if replace_where is not None:
             writer = writer.option("replaceWhere", replace_where)
         if txn is not None:

@@ -26,7 +26,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import Any
 from urllib.parse import unquote
@@ -363,7 +363,9 @@ class DeltaRsBackend:
                         "in it; filter or fill them before writing (the write was not committed)")
 
     def _commit(self, name: str, snap: Snapshot, actions: list[AddAction | RemoveAction],
-                txn: tuple[str, int] | None, operation: str) -> int:
+                txn: tuple[str, int] | None, operation: str, schema: StructType | None = None) -> int:
+        """Commit ``actions`` on ``snap``; with ``schema``, an overwrite that removes every file of
+        ``snap`` and sets the table's schema to ``schema`` (``actions``: the new files only)."""
         commit_id = uuid.uuid4().hex
         props = CommitProperties(
             custom_metadata={"kraft_replay.operation": operation, "kraft_replay.commitId": commit_id},
@@ -371,7 +373,8 @@ class DeltaRsBackend:
             app_transactions=[Transaction(txn[0], int(txn[1]))] if txn else None,
         )
         try:
-            snap.table.create_write_transaction(actions, "append", snap.table.schema(),
+            snap.table.create_write_transaction(actions, "append" if schema is None else "overwrite",
+                                                snap.table.schema() if schema is None else to_delta_schema(schema),
                                                 partition_by=snap.partition_by or None,
                                                 commit_properties=props)
         except CommitFailedError:
@@ -436,11 +439,23 @@ class DeltaRsBackend:
         done = dt.transaction_version(txn[0])
         return done is not None and done >= txn[1]
 
+    def _as_schema(self, snap: Snapshot, schema: StructType | None) -> Snapshot:
+        """``snap`` with the schema a schema-replacing overwrite writes (``schema`` None: as it is)."""
+        if schema is None:
+            return snap
+        missing = [c for c in snap.partition_by if c not in schema.fieldNames()]
+        if missing:
+            raise InvalidArgumentError(f"table {snap.name!r}: the new schema lacks partition column {missing[0]!r}")
+        return replace(snap, schema=schema)
+
     def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
-              txn: tuple[str, int] | None = None) -> CommitResult:
-        """Append or overwrite (whole table or the partitions matching ``replace_where``), atomically."""
+              txn: tuple[str, int] | None = None, schema: StructType | None = None) -> CommitResult:
+        """Append or overwrite (whole table or the partitions matching ``replace_where``), atomically;
+        ``schema``: a whole-table overwrite that also sets the table's schema (columns dropped or added)."""
         self._check_txn(txn)
-        snap = self.snapshot(name)
+        if schema is not None and (mode != "overwrite" or replace_where is not None):
+            raise InvalidArgumentError(f"table {name!r}: a new schema is written by a whole-table overwrite only")
+        snap = self._as_schema(self.snapshot(name), schema)
         if self._txn_done(snap.table, txn):
             return CommitResult(name, None, skipped=True)
         df = conform(name, snap.schema, df)
@@ -461,20 +476,21 @@ class DeltaRsBackend:
                     _files.delete_staging(loc, staging)
                     return CommitResult(name, None, skipped=True)
                 removes: list[RemoveAction] = []
-                if mode == "overwrite":
+                if mode == "overwrite" and schema is None:  # (with a schema, the commit removes every file)
                     victims = snap.files if replace_where is None else self._matching(snap, replace_where)
                     now = int(time.time() * 1000)
                     removes = [RemoveAction(f.path, True, now, f.size, f.partition_values) for f in victims]
                 try:
                     version = self._commit(name, snap, [a for a, _ in adds] + removes, txn,
-                                           "WRITE" if mode == "append" else "OVERWRITE")
-                    return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+                                           "WRITE" if mode == "append" else "OVERWRITE", schema)
+                    return CommitResult(name, version, len(adds), sum(n for _, n in adds),
+                                        len(removes) if schema is None else len(snap.files))
                 except CommitFailedError as exc:
                     if attempt == _OP_RETRIES - 1:
                         raise CommitConflictError(
                             f"table {name!r}: commit kept conflicting with concurrent writers "
                             f"({str(exc).splitlines()[0]}); retry the job") from None
-                    snap = self.snapshot(name)  # files changed underneath: recompute removes and retry
+                    snap = self._as_schema(self.snapshot(name), schema)  # files changed underneath: retry
         except BaseException:
             _files.delete_staging(loc, staging)
             raise

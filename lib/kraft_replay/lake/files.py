@@ -81,6 +81,18 @@ class Location:
         return Location(f"{self.uri}/{name}", f"{self.spark_path}/{name}", self.fs, f"{self.fs_path}/{name}")
 
 
+def table_dirs(root: str) -> list[str] | None:
+    """The names of the Delta tables directly under the lake root ``root`` (a directory holding a
+    ``_delta_log``, the lake's own ``_published`` included); None when ``root`` is not a directory.
+    Reads the listing only: nothing is created."""
+    loc = Location.of(root)
+    if loc.fs.get_file_info(loc.fs_path).type != pafs.FileType.Directory:
+        return None
+    infos = loc.fs.get_file_info(pafs.FileSelector(loc.fs_path, recursive=False, allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory
+                  and loc.fs.get_file_info(f"{i.path}/_delta_log").type == pafs.FileType.Directory)
+
+
 def new_staging_dir() -> str:
     """A fresh, unique staging directory name (relative to the table root)."""
     return f"{STAGING_PREFIX}{uuid.uuid4().hex}"
