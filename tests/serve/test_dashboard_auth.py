@@ -63,3 +63,40 @@ def test_requests_need_a_users_credentials(auth_file, tmp_path):
     assert client.get("/_dash-layout").status_code == 401
     ok = client.get("/", headers=_basic("alice", "correct horse"))
     assert ok.status_code == 200 and b"<html" in ok.data.lower()
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\xff\xfe alice\n", "is not UTF-8 text"),
+    (b"alice:scrypt:3:8:1:00ff:" + b"00" * 32, "scrypt n=3 r=8 p=1 cannot be used"),
+    (b"alice:scrypt:1048576:8:1:00ff:" + b"00" * 32, "scrypt n=1048576 r=8 p=1 cannot be used"),   # past scrypt's memory bound
+    (b"alice:scrypt:16384:8:1::" + b"00" * 32, "line 1: expected name:scrypt:"),                     # no salt
+    (b"alice:scrypt:16384:8:1:00ff:00ff", "line 1: expected name:scrypt:"),                         # not a 32-byte hash
+    (None, "line 4: user alice is given twice"),   # the fixture file (a comment, a user) twice
+])
+def test_an_auth_file_the_server_could_not_use_is_one_line_before_it_starts(content, says, auth_file, tmp_path, capsys):
+    """Every ``--auth`` file the server could not check a password against is refused before it listens
+    (a parameter ``hashlib.scrypt`` refuses would otherwise be a 500 at the first request)."""
+    from kraft_replay.serve.cli import main
+
+    path = tmp_path / "users.txt"
+    path.write_bytes(auth_file.read_bytes() * 2 if content is None else content)
+    assert main(["dashboard", "--lake", str(tmp_path), "--host", "0.0.0.0", "--auth", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kraft-replay dashboard: error: --auth file {path}") and says in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, stdin, says", [
+    (["a:b"], "pw\n", "user name 'a:b' must be non-empty and hold no ':'"),
+    (["bob"], "\n", "an empty password for bob"),
+    ([], "", "usage: python -m kraft_replay.serve.auth NAME"),
+])
+def test_making_an_auth_line_refuses_in_one_line(argv, stdin, says, monkeypatch, capsys):
+    import io
+
+    from kraft_replay.serve.auth import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and says in out.err and len(out.err.strip().splitlines()) == 1

@@ -8,8 +8,11 @@ Rules:
   (:func:`check_exposure`): the pages show the lake's tables to whoever reaches the port.
 * FILE holds one user a line, ``name:scrypt:<n>:<r>:<p>:<salt hex>:<hash hex>`` (``#`` comments and
   blank lines ignored): the password hashed with the standard library's ``hashlib.scrypt``. Make a
-  line with ``python -m kraft_replay.serve.auth NAME`` (asks for the password). A malformed line is a
-  one-line error naming the file and the line.
+  line with ``python -m kraft_replay.serve.auth NAME`` (asks for the password; an empty one is
+  refused). A malformed line — fields, hex, scrypt parameters ``hashlib.scrypt`` would refuse (``n``
+  a power of 2 above 1, ``r`` and ``p`` at least 1, within its 256 MiB memory bound), a hash that is
+  not 32 bytes, a name given twice — or a file that is not UTF-8 text is a one-line error naming the
+  file (and the line) before the server starts.
 * Passwords are compared by hash in constant time (``hmac.compare_digest``); a verified
   ``(user, password)`` pair is remembered in memory so repeated polls do not pay scrypt again.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 __all__ = ["AuthError", "BasicAuth", "check_exposure", "hash_line", "is_loopback", "load_users"]
 
 _N, _R, _P = 2**14, 8, 1
+_MAXMEM = 256 * 1024 * 1024
 
 
 class AuthError(ValueError):
@@ -52,13 +56,21 @@ def check_exposure(host: str, auth_file: str | None, no_auth: bool) -> None:
 
 
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, maxmem=256 * 1024 * 1024, dklen=32)
+    return hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, maxmem=_MAXMEM, dklen=32)
+
+
+def _usable(n: int, r: int, p: int) -> bool:
+    """Whether ``hashlib.scrypt`` takes these parameters (n a power of 2 above 1, r and p at least 1,
+    the memory they need, about 128·n·r + 128·r·p bytes, within :data:`_MAXMEM`)."""
+    return n > 1 and n & (n - 1) == 0 and r >= 1 and p >= 1 and 128 * r * (n + p + 1) < _MAXMEM
 
 
 def hash_line(name: str, password: str) -> str:
     """A line of an ``--auth`` file for ``name`` with ``password``."""
     if not name or ":" in name:
         raise AuthError(f"user name {name!r} must be non-empty and hold no ':'")
+    if not password:
+        raise AuthError(f"an empty password for {name}: give one")
     salt = os.urandom(16)
     return f"{name}:scrypt:{_N}:{_R}:{_P}:{salt.hex()}:{_scrypt(password, salt, _N, _R, _P).hex()}"
 
@@ -69,6 +81,9 @@ def load_users(path: str) -> dict[str, tuple[int, int, int, bytes, bytes]]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise AuthError(f"cannot read --auth file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise AuthError(f"--auth file {path} is not UTF-8 text: give a file of name:scrypt:... lines "
+                        "(`python -m kraft_replay.serve.auth NAME` makes one)") from None
     users = {}
     for i, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -77,12 +92,19 @@ def load_users(path: str) -> dict[str, tuple[int, int, int, bytes, bytes]]:
         parts = line.split(":")
         try:
             name, kind, n, r, p, salt, digest = parts
-            if kind != "scrypt" or not name:
+            user = (int(n), int(r), int(p), bytes.fromhex(salt), bytes.fromhex(digest))
+            if kind != "scrypt" or not name or not user[3] or len(user[4]) != 32:
                 raise ValueError
-            users[name] = (int(n), int(r), int(p), bytes.fromhex(salt), bytes.fromhex(digest))
         except ValueError:
             raise AuthError(f"--auth file {path} line {i}: expected name:scrypt:<n>:<r>:<p>:<salt hex>:<hash hex> "
                             "(`python -m kraft_replay.serve.auth NAME` makes one)") from None
+        if not _usable(*user[:3]):
+            raise AuthError(f"--auth file {path} line {i}: scrypt n={user[0]} r={user[1]} p={user[2]} cannot be used (n a "
+                            "power of 2 above 1, r and p at least 1, 128*r*(n+p+1) bytes under 256 MiB); make the line "
+                            "again with `python -m kraft_replay.serve.auth NAME`")
+        if name in users:
+            raise AuthError(f"--auth file {path} line {i}: user {name} is given twice; keep one line per user")
+        users[name] = user
     if not users:
         raise AuthError(f"--auth file {path} holds no user; add a line made by `python -m kraft_replay.serve.auth NAME`")
     return users
@@ -125,10 +147,22 @@ class BasicAuth:
             return None
 
 
-if __name__ == "__main__":  # python -m kraft_replay.serve.auth NAME: a line for an --auth file
+def main(argv: list[str]) -> int:
+    """``python -m kraft_replay.serve.auth NAME``: a line of an ``--auth`` file on stdout (the password
+    asked for on a terminal, else the first line of stdin); 2 with one line on stderr when refused."""
     import getpass
 
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m kraft_replay.serve.auth NAME  (prints a line of an --auth file)")
-    pw = getpass.getpass(f"password for {sys.argv[1]}: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
-    print(hash_line(sys.argv[1], pw))
+    if len(argv) != 1:
+        print("usage: python -m kraft_replay.serve.auth NAME  (prints a line of an --auth file)", file=sys.stderr)
+        return 2
+    pw = getpass.getpass(f"password for {argv[0]}: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+    try:
+        print(hash_line(argv[0], pw))
+    except AuthError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
