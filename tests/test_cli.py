@@ -122,3 +122,24 @@ def test_replay_mode_options_that_do_not_fit_are_one_line_before_spark(capsys, t
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize("lake, says", [
+    (None, "redact rewrites a lake for good: name it with --lake DIR"),
+    ("missing", "no such directory"),
+    ("notes.txt", "no such directory"),
+    ("empty", "is not a kraft-replay lake (it holds no Delta table)"),
+])
+def test_redact_refuses_what_is_not_a_lake_in_one_line_and_writes_nothing(capsys, tmp_path, monkeypatch, lake, says):
+    """``redact`` rewrites a lake for good: no default lake, and a path that is no lake is one line, exit 2,
+    before Spark starts or anything (a key, ``_secrets.json``, a log) is written."""
+    from kraft_replay.serve.cli import main
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("not a lake\n")
+    monkeypatch.chdir(tmp_path)                  # where the profile's default ./lake would be
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["redact", *([] if lake is None else ["--lake", str(tmp_path / lake)])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kraft-replay redact: error: ") and says in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(tmp_path.rglob("*")) == before

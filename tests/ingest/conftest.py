@@ -39,3 +39,19 @@ def lake(tmp_path: Path, spark):
     from kraft_replay.lake import Lake
 
     return Lake(str(tmp_path / "lake"), spark, backend="deltars")
+
+
+@pytest.fixture()
+def quarantined():
+    """``quarantined(lake)``: the ``ingest_quarantine`` rows in source order, each with the bytes
+    ``ingest_quarantine_raw`` keeps for it (``raw``; None where it keeps none), joined on the quarantine key."""
+    from kraft_replay.ingest.schemas import QUARANTINE_KEY
+
+    def read(lake) -> list:  # noqa: ANN001 - a Lake
+        q, raw = lake.read("ingest_quarantine"), lake.read("ingest_quarantine_raw")
+        cond = [q[k].eqNullSafe(raw[k]) for k in QUARANTINE_KEY]
+        rows = q.join(raw, cond, "left").select(q["*"], raw["raw"]).orderBy("source_file", "source_position", "reason_code").collect()
+        assert len(rows) == q.count(), "an ingest_quarantine row joins more than one ingest_quarantine_raw row"
+        return rows
+
+    return read

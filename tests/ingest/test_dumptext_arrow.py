@@ -34,7 +34,7 @@ from kraft_replay.ingest.dumptext import (
     render_dump_text,
     tokenize_line,
 )
-from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA
+from kraft_replay.ingest.schemas import CONTROL_SCHEMA, DECODED_QUARANTINE_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples" / "dumplog"
@@ -406,7 +406,7 @@ def test_rendering_of_log_append_time_gzip_and_producer_fields() -> None:
 def test_schemas_and_stats() -> None:
     chunk = parse_dump_text("", source_file="empty.txt", cluster_id="c1")
     assert chunk.log.schema == LOG_SCHEMA and chunk.control.schema == CONTROL_SCHEMA
-    assert chunk.snapshot.schema == SNAPSHOT_SCHEMA and chunk.quarantine.schema == QUARANTINE_SCHEMA
+    assert chunk.snapshot.schema == SNAPSHOT_SCHEMA and chunk.quarantine.schema == DECODED_QUARANTINE_SCHEMA
     assert (chunk.stats.records, chunk.stats.first_offset, chunk.stats.quarantined) == (0, None, 0)
     seg = tiny_cluster_files()[segment_name(0)]
     text = render_dump_text(seg, file_name=segment_name(0))

@@ -29,7 +29,7 @@ def test_dump_text_files_ingest_once(spark, lake, tmp_path: Path, real_kraft_dir
     counts = {t.name: t.num_rows for t in lake.tables()}
     # tiny cluster: 17 log records, 4 log + 2 snapshot control records, 2 snapshot records; 3.7 excerpt: 6 records
     assert counts == {"metadata_log": 23, "metadata_control": 6, "snapshot_records": 2, "ingest_quarantine": 0,
-                      "ingest_files": 2}
+                      "ingest_quarantine_raw": 0, "ingest_files": 2}
     files = {r["source_file"]: r for r in lake.read("ingest_files").collect()}
     assert {name: r["file_kind"] for name, r in files.items()} == {"tiny-cluster.txt": "dump_text",
                                                                   "strimzi.txt": "dump_text"}

@@ -27,7 +27,8 @@ from kraft_replay.lake import Lake
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples" / "node1"
 PART = SAMPLES / "__cluster_metadata-0"
-TABLES = ("metadata_log", "snapshot_records", "metadata_control", "ingest_quarantine", "ingest_files")
+TABLES = ("metadata_log", "snapshot_records", "metadata_control", "ingest_quarantine", "ingest_quarantine_raw",
+          "ingest_files")
 RUN_COLUMNS = ("ingested_at", "run_id")  # differ between runs of the same files
 #: where the suite kills a run: after its first commit and after its last (right before the publish);
 #: ``KRAFT_REPLAY_KILL_POINTS=all`` (bench/ingest_kills.py) kills it after every commit of TABLES
@@ -186,7 +187,8 @@ def _damaged(data: bytes, garbage: int = 30) -> bytes:
     return b"\xff" * garbage + data
 
 
-def test_damaged_start_is_quarantined_and_the_rest_ingested(spark, lake, tmp_path: Path, real_kraft_dir: Path) -> None:
+def test_damaged_start_is_quarantined_and_the_rest_ingested(spark, lake, tmp_path: Path, real_kraft_dir: Path,
+                                                            quarantined) -> None:
     node = tmp_path / "node"
     part = node / "__cluster_metadata-0"
     part.mkdir(parents=True)
@@ -204,7 +206,7 @@ def test_damaged_start_is_quarantined_and_the_rest_ingested(spark, lake, tmp_pat
     out = "\n".join(s.lines())
     assert "00000000000000000000.log: 1 range(s), 30 bytes quarantined, first at byte 0 (CORRUPT_PREFIX)" in out
     assert "damaged start: bytes 0..30 quarantined (CORRUPT_PREFIX), batches from byte 30 on ingested" in out
-    q = lake.read("ingest_quarantine").collect()
+    q = quarantined(lake)
     assert [(r.source_file, r.source_position, r.length, r.reason_code, len(r.raw)) for r in q] == \
         [("00000000000000000000.log", 0, 30, "CORRUPT_PREFIX", 30)]
 

@@ -45,7 +45,7 @@ def test_first_batch_at_or_after_follows_the_chain(tmp_path: Path, real_kraft_di
 
 
 def test_split_ranges_with_a_corrupt_length_quarantine_the_rest_of_the_file(spark, lake, tmp_path: Path,
-                                                                           real_kraft_dir: Path) -> None:
+                                                                           real_kraft_dir: Path, quarantined) -> None:
     data = bytearray(_segment(real_kraft_dir))
     heads, _ = scan_batch_headers(bytes(data))
     bad = heads[len(heads) // 3].position
@@ -59,7 +59,7 @@ def test_split_ranges_with_a_corrupt_length_quarantine_the_rest_of_the_file(spar
     s = run_ingest(spark, lake, [str(d)], cluster_id="c", split_bytes=50_000, say=lines.append)
     assert any("in 25 task(s)" in x for x in lines) and not any("de-duplication" in x for x in lines)
     assert s.rows["metadata_log"] == expected and 0 < expected < ROWS
-    q = lake.read("ingest_quarantine").collect()
+    q = quarantined(lake)
     assert [(r["reason_code"], r["source_position"], r["length"]) for r in q] == [("CORRUPT_BATCH_LENGTH", bad, len(data) - bad)]
     assert q[0]["raw"] == data[bad:]
     log = lake.read("metadata_log")

@@ -879,7 +879,7 @@ class _ClusterReplay:
                     "length": None, "offset": r.offset, "reason_code": "DIVERGENT_UNCOMMITTED",
                     "reason": f"{r.record_type} at offset {r.offset} in a batch of epoch {r.epoch} "
                               f"({r.base}..{r.last}) that a batch of a higher epoch replaced",
-                    "raw": None, "ingested_at": None,
+                    "ingested_at": None,
                 })
                 continue
             yield r

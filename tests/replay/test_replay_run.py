@@ -42,7 +42,7 @@ def _write_bronze(spark, lake: Lake, names: list[str]) -> tuple[pa.Table, pa.Tab
         lake.append(name, scenarios.arrow_df(spark, t, schema))
     q = pa.Table.from_pylist([{"cluster_id": "divergent", "source_file": "x.log", "source_position": 0, "length": 61,
                                "offset": None, "records": None, "reason_code": "CRC_MISMATCH", "reason": "bad crc",
-                               "raw": b"", "ingested_at": None}], schema=QUARANTINE_SCHEMA)
+                               "ingested_at": None}], schema=QUARANTINE_SCHEMA)
     lake.append("ingest_quarantine", scenarios.arrow_df(spark, q))
     return log, ctl, snap
 

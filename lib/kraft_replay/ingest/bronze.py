@@ -9,7 +9,9 @@ bronze tables (:mod:`kraft_replay.ingest.schemas`):
   (``position_in_snapshot`` = its in-file offset, ``snapshot_end_offset``/``snapshot_epoch`` of the
   file, ``snapshot_kind``);
 * a control record becomes a ``metadata_control`` row (``source_kind`` log / snapshot / bootstrap);
-* a quarantined range becomes an ``ingest_quarantine`` row;
+* a quarantined range becomes a quarantine row with its bytes (:data:`DECODED_QUARANTINE_SCHEMA`),
+  written as an ``ingest_quarantine`` row and an ``ingest_quarantine_raw`` row
+  (:func:`split_quarantine`);
 * every row carries ``cluster_id`` and ``source_file``; quarantine rows ``ingested_at``.
 
 :func:`redact_chunk` is the one redaction step of every path into bronze (segments, snapshots,
@@ -31,20 +33,23 @@ from kraft_replay.codec.files import FileKind
 from kraft_replay.codec.secrets import redact_records
 from kraft_replay.ingest.schemas import (
     CONTROL_SCHEMA,
+    DECODED_QUARANTINE_SCHEMA,
     LOG_SCHEMA,
     OFFSET_BUCKET_SIZE,
+    QUARANTINE_RAW_SCHEMA,
     QUARANTINE_SCHEMA,
     SNAPSHOT_SCHEMA,
     TIMESTAMP,
     empty_batch,
 )
 
-__all__ = ["ChunkStats", "DecodedChunk", "decode_to_arrow", "bronze_batches", "redact_chunk"]
+__all__ = ["ChunkStats", "DecodedChunk", "decode_to_arrow", "bronze_batches", "redact_chunk", "split_quarantine"]
 
 
 @dataclass(slots=True)
 class DecodedChunk:
-    """The four bronze record batches decoded from one byte range, plus its :class:`ChunkStats`."""
+    """The bronze record batches decoded from one byte range, plus its :class:`ChunkStats`
+    (``quarantine``: :data:`DECODED_QUARANTINE_SCHEMA`, the bytes not yet split off)."""
 
     log: pa.RecordBatch
     control: pa.RecordBatch
@@ -127,7 +132,7 @@ def bronze_batches(records: DecodedRecords, *, cluster_id: str, source_file: str
         "snapshot_epoch": _const(snapshot_epoch, m, pa.int32()),
     })
     k = q.num_rows
-    quarantine = _select(QUARANTINE_SCHEMA, q, {
+    quarantine = _select(DECODED_QUARANTINE_SCHEMA, q, {
         "cluster_id": _const(cluster_id, k, pa.string()),
         "source_file": _const(source_file, k, pa.string()),
         "ingested_at": _const(ingested_at, k, TIMESTAMP),
@@ -142,6 +147,19 @@ def redact_chunk(chunk: DecodedChunk, key: bytes | None) -> DecodedChunk:
     if key is None:
         return chunk
     return dataclasses.replace(chunk, log=redact_records(chunk.log, key), snapshot=redact_records(chunk.snapshot, key))
+
+
+def split_quarantine(decoded: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """Docs/design.md "Secrets": decoded quarantine rows as their ``ingest_quarantine`` rows (no bytes)
+    and their ``ingest_quarantine_raw`` rows (the bytes of each row that has any, under
+    :data:`~kraft_replay.ingest.schemas.QUARANTINE_KEY`)."""
+    if not decoded.num_rows:
+        return empty_batch(QUARANTINE_SCHEMA), empty_batch(QUARANTINE_RAW_SCHEMA)
+    rows = _select(QUARANTINE_SCHEMA, decoded, {})
+    raw = _select(QUARANTINE_RAW_SCHEMA, decoded, {})
+    if raw.column("raw").null_count:
+        raw = raw.filter(raw.column("raw").is_valid())
+    return rows, raw
 
 
 def _const(value: Any, n: int, typ: pa.DataType) -> pa.Array:

@@ -45,7 +45,7 @@ Rules implemented here (each one is tested):
   :func:`~kraft_replay.codec.jsonfmt.to_dump_json`, so ``payload_json`` and the payload struct equal
   what the binary decoder gives for the same record.
 * **Nothing dropped:** every other line becomes a row or a quarantine row (raw = the line in UTF-8,
-  ``length`` = its byte length): ``TEXT_PARSE_ERROR`` for lines and JSON that do not parse or do not
+  kept in ``ingest_quarantine_raw``; ``length`` = its byte length): ``TEXT_PARSE_ERROR`` for lines and JSON that do not parse or do not
   fit their batch/schema; ``UNKNOWN_RECORD_TYPE``/``UNSUPPORTED_RECORD_VERSION`` for payloads of
   unknown types/versions; ``UNKNOWN_CONTROL_TYPE`` for transaction markers and unknown control
   types; ``RECORD_DECODE_ERROR`` where the tool printed ``Error at N, skipping. …`` instead of a
@@ -85,9 +85,9 @@ from kraft_replay.codec.schema import RECORD_TYPES, RECORD_TYPES_BY_TOOL_NAME
 from kraft_replay.ingest.bronze import ChunkStats, DecodedChunk
 from kraft_replay.ingest.schemas import (
     CONTROL_SCHEMA,
+    DECODED_QUARANTINE_SCHEMA,
     LOG_SCHEMA,
     OFFSET_BUCKET_SIZE,
-    QUARANTINE_SCHEMA,
     SNAPSHOT_SCHEMA,
     TIMESTAMP,
 )
@@ -931,7 +931,7 @@ def _quarantine_batch(problems: list[TextProblem], cluster_id: str, source_file:
             pa.array(raws, pa.binary()),
             pa.array([ingested_at] * n, TIMESTAMP),
         ],
-        schema=QUARANTINE_SCHEMA,
+        schema=DECODED_QUARANTINE_SCHEMA,
     )
 
 

@@ -1,4 +1,4 @@
-"""The ingest job: KRaft files -> the five bronze Delta tables, decoded in parallel with ``mapInArrow``.
+"""The ingest job: KRaft files -> the six bronze Delta tables, decoded in parallel with ``mapInArrow``.
 
 Steps (each a rule of issue 3 / docs/design.md):
 
@@ -23,7 +23,8 @@ Steps (each a rule of issue 3 / docs/design.md):
    the same staged writes — no batch lost or duplicated, corrupt ranges still quarantined. The
    driver checks the decoded offset ranges against the bounds (outside them: abort everything and
    take step 3), then commits ``metadata_log``, ``snapshot_records``, ``metadata_control``,
-   ``ingest_quarantine`` with ``Lake.commit_staged``. ``--strict``: any quarantined range aborts
+   ``ingest_quarantine`` and ``ingest_quarantine_raw`` (the quarantined bytes, split off each
+   quarantine row: docs/design.md "Secrets") with ``Lake.commit_staged``. ``--strict``: any quarantined range aborts
    every staged write before anything is committed.
 3. De-duplicating path (:func:`_ingest_dedup`): batch-aligned tasks from a chain walk on the driver
    (:mod:`.plan`); a de-duplication / anti-join of identical copies (:data:`COPY_KEY`: offset,
@@ -34,7 +35,7 @@ Steps (each a rule of issue 3 / docs/design.md):
    appended through Spark with de-duplication by snapshot id and position. ``--strict``: a first
    decode pass writes only the side outputs; any quarantine aborts before anything is committed.
 4. ``ingest_files`` is written last (pyarrow on the driver, a staged write); then the run is
-   **published** (``Lake.publish`` of the five tables: one commit of the lake's ``_published``
+   **published** (``Lake.publish`` of the six tables: one commit of the lake's ``_published``
    table), the single point at which readers see the run: all of it, or before that none of it.
    The run begins with ``Lake.start_run``: commits of an earlier run that never published (killed
    or failed; the lake has one writer at a time) are rolled back first — one line says so — and
@@ -90,16 +91,19 @@ from kraft_replay.ingest.schemas import (
     FILES_SCHEMA,
     LOG_SCHEMA,
     OFFSET_BUCKET_SIZE,
+    DECODED_QUARANTINE_SCHEMA,
+    QUARANTINE_RAW_SCHEMA,
     QUARANTINE_SCHEMA,
     SNAPSHOT_SCHEMA,
 )
-from kraft_replay.ingest.bronze import redact_chunk
+from kraft_replay.ingest.bronze import redact_chunk, split_quarantine
 from kraft_replay.ingest.sources import InputFile, discover
 from kraft_replay.lake.keys import lake_key, record_secrets
 from kraft_replay.lake.staged import write_staged_arrow
 from kraft_replay.ingest.tables import (
     INGEST_FILES,
     INGEST_QUARANTINE,
+    INGEST_QUARANTINE_RAW,
     METADATA_CONTROL,
     METADATA_LOG,
     SNAPSHOT_RECORDS,
@@ -126,7 +130,8 @@ STATS_SCHEMA = pa.schema([
     pa.field("end_pos", pa.int64()),        # where its decoding stopped (the end of its last batch, or of the data)
     pa.field("read_bytes", pa.int64()),     # bytes the task read from the file
 ])
-SIDE_TABLES = {METADATA_CONTROL: CONTROL_SCHEMA, SNAPSHOT_RECORDS: SNAPSHOT_SCHEMA, INGEST_QUARANTINE: QUARANTINE_SCHEMA}
+SIDE_TABLES = {METADATA_CONTROL: CONTROL_SCHEMA, SNAPSHOT_RECORDS: SNAPSHOT_SCHEMA, INGEST_QUARANTINE: QUARANTINE_SCHEMA,
+               INGEST_QUARANTINE_RAW: QUARANTINE_RAW_SCHEMA}
 
 _TASK_SCHEMA = StructType([
     StructField("task_id", LongType()),
@@ -319,7 +324,9 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
         for c in _task_chunks(t, ingested_at, where, secrets_key):
             if emit_log and c.log.num_rows:
                 yield c.log
-            for name, part in ((METADATA_CONTROL, c.control), (SNAPSHOT_RECORDS, c.snapshot), (INGEST_QUARANTINE, c.quarantine)):
+            q_rows, q_raw = split_quarantine(c.quarantine)
+            for name, part in ((METADATA_CONTROL, c.control), (SNAPSHOT_RECORDS, c.snapshot), (INGEST_QUARANTINE, q_rows),
+                               (INGEST_QUARANTINE_RAW, q_raw)):
                 side.add(name, part)
             if c.quarantine.num_rows:
                 qp = c.quarantine.column("source_position").to_pylist()
@@ -338,7 +345,7 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
             if s.first_offset is not None:
                 total.first_offset = s.first_offset if total.first_offset is None else min(total.first_offset, s.first_offset)
                 total.last_offset = s.last_offset if total.last_offset is None else max(total.last_offset, s.last_offset)
-            c = part = s = None  # not held while the next chunk is decoded
+            c = part = s = q_rows = q_raw = None  # not held while the next chunk is decoded
         side.close()
         stats = {"task_id": t["task_id"], "bytes": total.bytes, "batches": total.batches, "records": total.records,
                  "quarantined": total.quarantined, "first_offset": total.first_offset, "last_offset": total.last_offset,
@@ -448,7 +455,8 @@ class IngestSummary:
             qb = sum(f.quarantined_bytes for f in self.files)
             qr = sum(f.quarantined_records for f in self.files)
             held = f"; they hold {qr} record(s) not in the record tables" if qr else ""
-            out.append(f"  quarantined: {self.quarantined} range(s), {qb} bytes; see table ingest_quarantine{held}")
+            out.append(f"  quarantined: {self.quarantined} range(s), {qb} bytes; see table ingest_quarantine{held} "
+                       "(their bytes: ingest_quarantine_raw, shown by `sql --include-raw`)")
         for f in self.files:
             if f.quarantined:
                 at = ""
@@ -615,7 +623,8 @@ def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_byt
     summary = IngestSummary(run_id, skipped=skipped, rolled_back=list(rolled))
     if not todo:
         summary.seconds = time.time() - t0
-        summary.rows = {t: 0 for t in (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE, INGEST_FILES)}
+        summary.rows = {t: 0 for t in (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE,
+                                       INGEST_QUARANTINE_RAW, INGEST_FILES)}
         say(f"ingest {run_id}: nothing new to ingest")
         return summary
     sums.start([f for f in todo if f.path not in sums.done])
@@ -766,8 +775,9 @@ def _unpublished_message(run_id: str, commits: list[tuple[str, int]], exc: BaseE
             "see them) and the next run on this lake rolls them back; re-run the ingest")
 
 
-def _prefix_rows(todo: list[InputFile], ingested_at: datetime) -> pa.Table | None:
-    """One quarantine row per file with a damaged prefix: bytes ``[0, data_start)``."""
+def _prefix_rows(todo: list[InputFile], ingested_at: datetime) -> tuple[pa.Table, pa.Table] | None:
+    """One quarantine row per file with a damaged prefix, bytes ``[0, data_start)``: its
+    ``ingest_quarantine`` rows and ``ingest_quarantine_raw`` rows (:func:`split_quarantine`)."""
     from kraft_replay.ingest.sources import read_range
 
     rows = [{"cluster_id": f.cluster_id, "source_file": f.name, "source_position": 0, "length": f.data_start,
@@ -776,7 +786,10 @@ def _prefix_rows(todo: list[InputFile], ingested_at: datetime) -> pa.Table | Non
                         f"resumes at byte {f.data_start} (magic 2, plausible length, CRC-32C, chaining header)"),
              "raw": read_range(f.path, 0, f.data_start), "ingested_at": ingested_at}
             for f in todo if f.data_start > 0]
-    return pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA) if rows else None
+    if not rows:
+        return None
+    return tuple(pa.Table.from_batches([b]) for b in split_quarantine(
+        pa.RecordBatch.from_pylist(rows, schema=DECODED_QUARANTINE_SCHEMA)))  # type: ignore[return-value]
 
 
 class _Checksums:
@@ -945,7 +958,7 @@ def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, stric
     with the run's txn. Returns ``(statistics, tasks)``, or None when a file's decoded offsets left
     its bounds (nothing committed; the caller de-duplicates)."""
     say(f"ingest {summary.run_id}: decoding {len(todo)} file(s), {summary.bytes / 1e6:.1f} MB in {len(tasks)} task(s)")
-    order = (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE)
+    order = (METADATA_LOG, SNAPSHOT_RECORDS, METADATA_CONTROL, INGEST_QUARANTINE, INGEST_QUARANTINE_RAW)
     staged = {name: lake.new_staging(name) for name in order}
     pending = dict(staged)
     records_acc = spark.sparkContext.accumulator(0)
@@ -1009,7 +1022,8 @@ def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, stric
             raise IngestError(_strict_message(quarantined, by_task))
         prefixes = _prefix_rows(todo, ingested_at)
         if prefixes is not None:
-            write_staged_arrow(staged[INGEST_QUARANTINE], prefixes, part_id="prefix")
+            for name, part in zip((INGEST_QUARANTINE, INGEST_QUARANTINE_RAW), prefixes):
+                write_staged_arrow(staged[name], part, part_id="prefix")
         say(f"  decoded {sum(st['records'] for st in stats_list)} records in {time.time() - t1:.1f}s; committing")
         for name in order:
             st = pending.pop(name)
@@ -1123,13 +1137,15 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
     if prefixes is not None:  # the damaged prefixes join the tasks' quarantine rows
         import pyarrow.parquet as pq
 
-        fs, root = _fs_of(f"{staging}/{INGEST_QUARANTINE}")
-        fs.create_dir(root, recursive=True)
-        pq.write_table(prefixes, f"{root}/prefix.parquet", filesystem=fs)
+        for name, part in zip((INGEST_QUARANTINE, INGEST_QUARANTINE_RAW), prefixes):
+            fs, root = _fs_of(f"{staging}/{name}")
+            fs.create_dir(root, recursive=True)
+            pq.write_table(part, f"{root}/prefix.parquet", filesystem=fs)
     snap_keys = ["cluster_id", "snapshot_kind", "snapshot_end_offset", "snapshot_epoch", "position_in_snapshot"]
     ctrl_keys = ["cluster_id", "source_kind", "snapshot_end_offset", "snapshot_epoch", "offset"]
     clusters = sorted({f.cluster_id for f in todo})
-    for table, keys in ((SNAPSHOT_RECORDS, snap_keys), (METADATA_CONTROL, ctrl_keys), (INGEST_QUARANTINE, None)):
+    for table, keys in ((SNAPSHOT_RECORDS, snap_keys), (METADATA_CONTROL, ctrl_keys), (INGEST_QUARANTINE, None),
+                        (INGEST_QUARANTINE_RAW, None)):
         t1 = time.time()
         if not _exists(f"{staging}/{table}"):
             summary.rows[table] = 0

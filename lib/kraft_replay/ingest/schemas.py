@@ -1,10 +1,15 @@
-"""Arrow schemas of the five bronze tables (docs/design.md, "Bronze tables") and their offset buckets.
+"""Arrow schemas of the six bronze tables (docs/design.md, "Bronze tables") and their offset buckets.
 
-:data:`LOG_SCHEMA`, :data:`CONTROL_SCHEMA`, :data:`SNAPSHOT_SCHEMA`, :data:`QUARANTINE_SCHEMA` and
-:data:`FILES_SCHEMA` are the column contracts of ``metadata_log``, ``metadata_control``,
-``snapshot_records``, ``ingest_quarantine`` and ``ingest_files``. The record columns come from the
-codec (:mod:`kraft_replay.codec.decode`); the storage columns (cluster id, file name, offset bucket,
-snapshot id, ingest time) are added here.
+:data:`LOG_SCHEMA`, :data:`CONTROL_SCHEMA`, :data:`SNAPSHOT_SCHEMA`, :data:`QUARANTINE_SCHEMA`,
+:data:`QUARANTINE_RAW_SCHEMA` and :data:`FILES_SCHEMA` are the column contracts of ``metadata_log``,
+``metadata_control``, ``snapshot_records``, ``ingest_quarantine``, ``ingest_quarantine_raw`` and
+``ingest_files``. The record columns come from the codec (:mod:`kraft_replay.codec.decode`); the
+storage columns (cluster id, file name, offset bucket, snapshot id, ingest time) are added here.
+
+A quarantined range is decoded as one row of :data:`DECODED_QUARANTINE_SCHEMA` (its bytes in ``raw``)
+and written as two (docs/design.md, "Secrets"): its ``ingest_quarantine`` row, without the bytes, and
+its ``ingest_quarantine_raw`` row, the bytes under :data:`QUARANTINE_KEY` — the bytes did not decode,
+so no redaction reaches them, and they live in a table that is shown only when asked for.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ __all__ = [
     "CONTROL_SCHEMA",
     "SNAPSHOT_SCHEMA",
     "QUARANTINE_SCHEMA",
+    "QUARANTINE_RAW_SCHEMA",
+    "QUARANTINE_KEY",
+    "DECODED_QUARANTINE_SCHEMA",
     "FILES_SCHEMA",
     "BROKER_PROGRESS_SCHEMA",
     "QUORUM_REPLICATION_SCHEMA",
@@ -97,9 +105,27 @@ QUARANTINE_SCHEMA = pa.schema([
     pa.field("records", pa.int64()),    # declared records the range stands for (null: not known)
     pa.field("reason_code", pa.string()),
     pa.field("reason", pa.string()),
-    pa.field("raw", pa.binary()),
     pa.field("ingested_at", TIMESTAMP),
 ])
+
+#: What names one ``ingest_quarantine`` row: its range, its reason (one batch can give a row per reason
+#: code) and its run (``ingested_at``: one value per ingest run). ``ingest_quarantine_raw`` rows join on it.
+QUARANTINE_KEY = ("cluster_id", "source_file", "source_position", "reason_code", "ingested_at")
+
+#: The bytes of each ``ingest_quarantine`` row that has any (replay's ``DIVERGENT_UNCOMMITTED`` rows have none).
+QUARANTINE_RAW_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_position", pa.int64()),
+    pa.field("reason_code", pa.string()),
+    pa.field("ingested_at", TIMESTAMP),
+    pa.field("raw", pa.binary()),
+])
+
+#: A quarantine row as the decoders give it, before its bytes are split off
+#: (:func:`kraft_replay.ingest.bronze.split_quarantine`).
+DECODED_QUARANTINE_SCHEMA = pa.schema([*(f for f in QUARANTINE_SCHEMA if f.name != "ingested_at"),
+                                       pa.field("raw", pa.binary()), QUARANTINE_SCHEMA.field("ingested_at")])
 
 FILES_SCHEMA = pa.schema([
     pa.field("cluster_id", pa.string()),
@@ -165,6 +191,7 @@ BRONZE_SCHEMAS: dict[str, pa.Schema] = {
     "metadata_control": CONTROL_SCHEMA,
     "snapshot_records": SNAPSHOT_SCHEMA,
     "ingest_quarantine": QUARANTINE_SCHEMA,
+    "ingest_quarantine_raw": QUARANTINE_RAW_SCHEMA,
     "ingest_files": FILES_SCHEMA,
 }
 

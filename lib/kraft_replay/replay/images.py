@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES
 from kraft_replay.replay.losses import dropped_at
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
+from kraft_replay.replay.versioning import spark_schema
 
 __all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "broker_offset", "image", "image_frames", "image_json",
            "register_image_functions", "as_of_sql", "entity_columns", "image_diff", "image_snapshots", "metadata_version_changes"]
@@ -299,6 +300,9 @@ def register_image_functions(spark, tables: Iterable[str]) -> list[str]:  # noqa
       offset at ``at_time`` (null before its first sample or while unsampled), and ``<table>_broker_view(c, b, at_time)``,
       the same entities as broker ``b``'s cache held them then.
 
+    A column of the contract that the stored table lacks (a table an older release wrote, before
+    ``kraft-replay replay`` adds the column) is null in the function's rows.
+
     Returns the function names."""
     present = set(tables)
     made: list[str] = []
@@ -309,15 +313,20 @@ def register_image_functions(spark, tables: Iterable[str]) -> list[str]:  # noqa
     for t in DOMAINS:
         if t not in present:
             continue
+        have, contract = set(spark.table(t).columns), spark_schema(t)
         cols = entity_columns(t)
+
+        def col(name: str, prefix: str = "") -> str:
+            return prefix + name if name in have else f"CAST(NULL AS {contract[name].dataType.simpleString()}) AS {name}"
+
         spark.sql(f"CREATE OR REPLACE TEMPORARY FUNCTION {t}_as_of(c STRING, at_offset BIGINT) RETURNS TABLE "
-                  f"RETURN SELECT cluster_id, at_offset AS image_offset, {', '.join(cols)} FROM {t} "
+                  f"RETURN SELECT cluster_id, at_offset AS image_offset, {', '.join(col(x) for x in cols)} FROM {t} "
                   f"WHERE cluster_id = c AND {as_of_sql('at_offset')}")
         made.append(f"{t}_as_of")
         if "broker_applied" in present:
             spark.sql(f"CREATE OR REPLACE TEMPORARY FUNCTION {t}_broker_view(c STRING, b INT, at_time TIMESTAMP) "
                       f"RETURNS TABLE RETURN SELECT v.cluster_id, a.applied_offset AS image_offset, "
-                      f"{', '.join('v.' + x for x in cols)} FROM {t} v JOIN broker_applied a ON {_APPLIED_AT_SQL} "
+                      f"{', '.join(col(x, 'v.') for x in cols)} FROM {t} v JOIN broker_applied a ON {_APPLIED_AT_SQL} "
                       f"WHERE v.cluster_id = c AND {as_of_sql('a.applied_offset', 'v')}")
             made.append(f"{t}_broker_view")
     return made

@@ -196,14 +196,15 @@ def _divergent_join(df: DataFrame, batches: DataFrame, keys: list[str], how: str
 
 def divergent_quarantine(log: DataFrame, batches: DataFrame) -> DataFrame:
     """Facts §5.1: the data records of divergent batches as ``ingest_quarantine`` rows with reason
-    code ``DIVERGENT_UNCOMMITTED`` (``length``/``raw`` null: found from rows, not bytes)."""
+    code ``DIVERGENT_UNCOMMITTED`` (``length`` null and no ``ingest_quarantine_raw`` row: found from
+    rows, not bytes)."""
     q = _divergent_join(_with_batch_key(log), batches, _KEY, "left_semi")
     return q.select(
         "cluster_id", "source_file", "source_position", _null("long").alias("length"), "offset",
         _null("long").alias("records"), F.lit("DIVERGENT_UNCOMMITTED").alias("reason_code"),
         F.format_string("%s at offset %d in a batch of epoch %d (%d..%d) that a batch of a higher epoch replaced",
                         "record_type", "offset", "_epoch", "_base", "_last").alias("reason"),
-        _null("binary").alias("raw"), _null("timestamp").alias("ingested_at"))
+        _null("timestamp").alias("ingested_at"))
 
 
 def _payload_columns(log: DataFrame) -> list[str]:

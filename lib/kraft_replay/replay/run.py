@@ -2,7 +2,9 @@
 "Silver tables (replay)").
 
 One run of the lake (``Lake.start_run`` ... ``Lake.publish``): each silver table is created if
-missing (partitioned by ``cluster_id``) and the replayed clusters' rows are replaced in one commit
+missing (partitioned by ``cluster_id``), or given the columns a newer contract added (its other
+clusters' rows read null there: ``Lake.create_table(evolve=True)``; e.g. ``scram_credentials``
+before ``credential_fingerprint``), and the replayed clusters' rows are replaced in one commit
 per table (``replace_where``); the divergent copies replace the replayed clusters' earlier
 ``DIVERGENT_UNCOMMITTED`` rows of ``ingest_quarantine`` (nothing else of it is touched); then every
 written table is published at once. Each stage is checkpointed locally (computed once, when the
@@ -143,6 +145,14 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
                             resume_min_records)
 
 
+def older_silver_tables(lake) -> list[str]:  # noqa: ANN001 - a Lake
+    """The silver tables of the lake whose columns are not their contract's (made by an older release):
+    a stored replay in them is not resumed, a whole replay brings them to the contract."""
+    from kraft_replay.lake.schema import same_schema
+
+    return [t for t in SILVER_TABLES if lake.exists(t) and not same_schema(lake.schema(t), spark_schema(t))]
+
+
 def _stored(lake, table: str, clusters: list[str]) -> dict[str, dict]:  # noqa: ANN001 - a Lake
     if not lake.exists(table):
         return {}
@@ -158,6 +168,7 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
 
     progress = _stored(lake, inc.REPLAY_PROGRESS, clusters)
     commits = _stored(lake, "log_commit", clusters)
+    older = older_silver_tables(lake)
     counts = inc.bronze_counts(log, control, snapshots,
                                {c: p["through_offset"] for c, p in progress.items() if p["through_offset"] is not None})
     summary = ReplaySummary(run_id, clusters)
@@ -168,6 +179,8 @@ def _run_incremental(spark: SparkSession, lake, run_id: str, clusters: list[str]
                      inc.RESUME_MIN_RECORDS if min_records is None else min_records)
         if p.mode == "CURRENT" and inc.missing_images(lake, c, image_at):
             p = inc.Plan(c, "FULL", "--image-at asks for an image the stored replay does not keep", counts=p.counts)
+        if older and p.mode != "FULL":
+            p = inc.Plan(c, "FULL", f"table {older[0]} was written by an older kraft-replay (it lacks columns)", counts=p.counts)
         if p.mode == "INCREMENTAL":
             # the new records' replay is as small as they are; the writes read stored versions too
             with sized_run(spark, p.counts.log_after + p.counts.control_after):
@@ -312,7 +325,7 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
         raise
     try:
         for name, spec in SILVER_TABLES.items():
-            lake.create_table(name, spark_schema(name), partition_by=list(spec.partition_by))
+            lake.create_table(name, spark_schema(name), partition_by=list(spec.partition_by), evolve=True)
             if name == "partitions" and sink is not None:  # written by the workers already
                 r, sink = lake.commit_staged(sink, replace_where=where), None
             else:
@@ -339,7 +352,7 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
         if write_q:
             old = (lake.read(QUARANTINE, where=where).where(F.col("reason_code") != "DIVERGENT_UNCOMMITTED")
                    .localCheckpoint(eager=True))
-            q = old.unionByName(quarantine.select(*old.columns))
+            q = old.unionByName(quarantine, allowMissingColumns=True)  # a lake not yet redacted: its raw column
             r = lake.overwrite(QUARANTINE, q, replace_where=where)
             say(f"  {QUARANTINE}: {summary.quarantined} DIVERGENT_UNCOMMITTED row(s) (v{r.version})")
         summary.published = lake.publish(tables, run_id)

@@ -10,8 +10,10 @@
   objects) or ``--csv``. Without one: an interactive shell (statements end with ``;``; ``\\tables``,
   ``\\functions``, ``\\q``); statements piped on stdin run one after another.
 
-* ``ingest_quarantine`` is shown without its ``raw`` bytes (the undecodable ranges may hold
-  credential material the decoder could not fingerprint) unless ``--include-raw``.
+* ``ingest_quarantine_raw``, the bytes of the ranges ingest could not decode (they may hold credential
+  material no redaction reaches), is a view only with ``--include-raw``; a statement naming it
+  without the option is one line saying so. So is the ``raw`` column that held those bytes in the
+  ``ingest_quarantine`` of a lake made before that table (until ``kraft-replay redact`` moves them).
 * On a lake that holds credentials in the clear (``ingest --keep-secrets``) a one-line warning goes to
   stderr first.
 
@@ -40,7 +42,10 @@ EPILOG = """examples:
 TIME_TRAVEL = re.compile(r"`?\b([A-Za-z_][A-Za-z0-9_]*)@v(\d+)\b`?")
 #: cells wider than this are cut with "..." in table output
 MAX_CELL = 60
-#: table -> columns hidden from SQL unless ``--include-raw``
+#: tables hidden from SQL unless ``--include-raw`` (``kraft_replay.ingest.tables.INGEST_QUARANTINE_RAW``)
+RAW_TABLES = ("ingest_quarantine_raw",)
+#: table -> columns hidden from SQL unless ``--include-raw`` (``kraft_replay.ingest.tables.LEGACY_RAW_COLUMN``:
+#: the bytes in a lake that ``kraft-replay redact`` has not moved yet)
 RAW_COLUMNS = {"ingest_quarantine": ("raw",)}
 
 
@@ -75,11 +80,22 @@ class Session:
         self.spark = spark
         self.lake = lake
         self.include_raw = include_raw
-        self.tables = sorted(lake.register_views())
+        views = sorted(lake.register_views())
+        self.hidden = [] if include_raw else [t for t in views if t in RAW_TABLES]
+        for name in self.hidden:
+            spark.catalog.dropTempView(name)
+        self.tables = [t for t in views if t not in self.hidden]
         for name in self.tables:
             if name in RAW_COLUMNS and not include_raw:
                 self._without_raw(name, spark.table(name)).createOrReplaceTempView(name)
         self.functions = register_image_functions(spark, self.tables)
+
+    def _check_hidden(self, statement: str) -> None:
+        """A statement naming a table hidden without ``--include-raw`` is refused in one line."""
+        for name in self.hidden:
+            if re.search(rf"\b{name}\b", statement, re.IGNORECASE):
+                raise SqlError(f"table {name} holds the bytes of ranges ingest could not decode, which may hold credentials "
+                               "in the clear: run `kraft-replay sql --include-raw` to query it")
 
     def _without_raw(self, name: str, df):  # noqa: ANN001, ANN202 - a DataFrame
         """``df`` less the raw columns of ``name`` unless ``--include-raw``."""
@@ -105,6 +121,7 @@ class Session:
         """Column names and rows of one statement."""
         from pyspark.errors import PySparkException
 
+        self._check_hidden(statement)
         try:
             df = self.spark.sql(self._travel(statement))
             return list(df.columns), [r.asDict(recursive=True) for r in df.collect()]
@@ -234,6 +251,6 @@ def register(sub) -> None:
     g.add_argument("--json", action="store_true", help="print the rows as a JSON array of objects")
     g.add_argument("--csv", action="store_true", help="print the rows as CSV")
     p.add_argument("--include-raw", action="store_true",
-                   help="show ingest_quarantine.raw, the bytes of the ranges that could not be decoded (they may hold "
-                        "credentials the decoder could not fingerprint); hidden by default")
+                   help="show table ingest_quarantine_raw, the bytes of the ranges that could not be decoded (they may "
+                        "hold credentials the decoder could not fingerprint); hidden by default")
     p.set_defaults(func=_run)
