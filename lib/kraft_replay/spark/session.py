@@ -376,7 +376,8 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
                            "or set KRAFT_REPLAY_SPARK_MASTER (e.g. spark://host:7077)")
     local = _is_local(master)
 
-    os.environ["JAVA_HOME"] = str(spark_java_home(find_java_home()))
+    java_home = find_java_home()
+    os.environ["JAVA_HOME"] = str(spark_java_home(java_home))
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -393,11 +394,15 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
     if master:
         builder = builder.master(master)
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -XX:+UseG1GC"
+    from kraft_replay.spark.classes import java_options
+
+    # the driver maps the class archive made for this Java and pyspark (kraft_replay.spark.classes)
+    driver_opts = f"{java_opts} {java_options(java_home)}".strip()
     settings = {
         "spark.sql.shuffle.partitions": str(sp.shuffle_partitions),
         "spark.ui.enabled": "true" if sp.ui else "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": driver_opts,
         "spark.sql.warehouse.dir": os.environ.get("KRAFT_REPLAY_WAREHOUSE", str(Path.cwd() / ".spark-warehouse")),
         # PySpark's DataFrame debugging records the Python call site of every DataFrame and Column call
         # in the JVM (five Py4J round trips each): 60% of the round trips of building a replay's plan.
