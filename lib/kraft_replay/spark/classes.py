@@ -176,5 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # ``python -m``: run the imported module's main, whose state get_spark reads
+    from kraft_replay.spark.classes import main as _main
+
+    sys.exit(_main())
