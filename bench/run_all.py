@@ -17,6 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 FULL = [
+    ("command start-up with and without the JVM's class archive", ["startup.py", "--rounds", "3"]),
     ("codec decode (single core)", ["codec_decode.py", "--records", "1000000"]),
     ("lake vs plain Parquet", ["lake.py", "--rows", "10000000"]),
     ("ingest end to end", ["ingest.py", "--records", "10000000", "--driver-memory", "8g"]),
@@ -38,6 +39,7 @@ FULL = [
                                                           "--no-oracle"]),
 ]
 QUICK = [
+    ("command start-up with and without the JVM's class archive", ["startup.py", "--rounds", "1"]),
     ("codec decode (single core)", ["codec_decode.py", "--records", "100000"]),
     ("lake vs plain Parquet", ["lake.py", "--rows", "500000", "--repeat", "1"]),
     ("ingest end to end", ["ingest.py", "--records", "300000"]),

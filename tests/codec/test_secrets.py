@@ -135,3 +135,23 @@ def test_segment_snapshot_and_dump_text_chunks_are_fingerprinted():
                 _no_secret_in(batch)
     kept = redact_chunk(chunks[0], None)                                 # --keep-secrets
     assert kept.log.column("config").field("value").to_pylist()[2] == KEYSTORE_PW
+
+
+def test_readers_warn_on_a_lake_written_before_fingerprinting_or_with_keep_secrets(tmp_path):
+    """No ``_secrets.json`` beside the log tables: the lake predates fingerprinting (warned, with the
+    redact command); a run that fingerprinted: silent; ``--keep-secrets``: warned; redact: silent again."""
+    from kraft_replay.lake.keys import clear_secrets_warning, record_secrets
+
+    root = str(tmp_path / "lake")
+    (tmp_path / "lake" / "broker_progress" / "_delta_log").mkdir(parents=True)
+    assert clear_secrets_warning(root) is None  # metrics only: no table that carries credentials
+    (tmp_path / "lake" / "metadata_log" / "_delta_log").mkdir(parents=True)
+    assert clear_secrets_warning(root) == (
+        f"warning: lake {root} was written before credentials were fingerprinted and may hold SCRAM credentials and "
+        f"sensitive config values in the clear; `kraft-replay redact --lake {root}` fingerprints them")
+    record_secrets(root, "r1", False, "ingest")
+    assert clear_secrets_warning(root) is None
+    record_secrets(root, "r2", True, "ingest")
+    assert clear_secrets_warning(root).startswith(f"warning: lake {root} holds SCRAM credentials")
+    record_secrets(root, "r3", False, "redact")
+    assert clear_secrets_warning(root) is None
