@@ -167,7 +167,14 @@ def build(say: Callable[[str], None] = print) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m kraft_replay.spark.classes``: make the archive (idempotent)."""
-    del argv
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m kraft_replay.spark.classes",
+        description="Make the driver JVM's class archive for this Java and pyspark, once (about two minutes: "
+                    "it runs the pipeline on the bundled sample node); every later command's JVM starts sooner. "
+                    f"Kept in {cache_dir()} ($KRAFT_REPLAY_CACHE); KRAFT_REPLAY_CLASS_ARCHIVE=0 turns it off.")
+    parser.parse_args(argv)
     try:
         build()
     except Exception as e:  # noqa: BLE001 - set-up goes on without the archive: commands only start slower
