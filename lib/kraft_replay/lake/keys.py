@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 import pyarrow.fs as pafs
 
 from kraft_replay.lake.errors import InvalidArgumentError
-from kraft_replay.lake.files import Location
+from kraft_replay.lake.files import Location, table_dirs
 
 __all__ = ["KEY_ENV", "KEY_DIR", "KEY_FILE", "SECRETS_FILE", "lake_key", "record_secrets", "secrets_state",
            "clear_secrets_warning"]
@@ -119,21 +119,13 @@ def record_secrets(root: str, run_id: str, keep: bool, command: str) -> dict:
 _CREDENTIAL_TABLES = ("metadata_log", "snapshot_records")
 
 
-def _has_table(loc: Location, name: str) -> bool:
-    try:
-        return loc.fs.get_file_info(f"{loc.fs_path}/{name}/_delta_log").type == pafs.FileType.Directory
-    except OSError:
-        return False
-
-
 def clear_secrets_warning(root: str) -> str | None:
     """One line for readers of a lake that holds credential material in the clear, else None: a lake
     ingested with ``--keep-secrets``, or one whose log tables were written before fingerprinting (no
     ``_secrets.json`` beside them: no run of this version wrote it, so every value is as Kafka stored it)."""
     state = secrets_state(root)
     if state is None:
-        loc = Location.of(root)
-        if not any(_has_table(loc, t) for t in _CREDENTIAL_TABLES):
+        if not set(_CREDENTIAL_TABLES) & set(table_dirs(root) or ()):
             return None
         return (f"warning: lake {root} was written before credentials were fingerprinted and may hold SCRAM credentials "
                 f"and sensitive config values in the clear; `kraft-replay redact --lake {root}` fingerprints them")

@@ -9,8 +9,8 @@ JVM.
 
 An archive is only valid for the Java runtime and the class path that made it, so its file name carries a
 digest of both (:func:`archive_path`): another Java, another pyspark, other jars, and the session simply
-starts without one. :func:`build` makes it (``make venv`` calls ``python -m kraft_replay.spark.classes``
-once; idempotent) by running the pipeline's jobs on the bundled sample node in a JVM that writes the
+starts without one. :func:`build` makes it (``python -m kraft_replay.spark.classes``, which ``make test``'s
+set-up runs; idempotent) by running the pipeline's jobs on the bundled sample node in a JVM that writes the
 archive when it exits. It is written under a temporary name, tried by a JVM that maps it, and only then
 renamed into place: a truncated archive would crash the JVM that maps it, so a half-written one is never
 found. ``$KRAFT_REPLAY_CACHE`` (else ``$XDG_CACHE_HOME/kraft-replay``, else ``~/.cache/kraft-replay``)
