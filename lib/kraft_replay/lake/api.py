@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from kraft_replay.lake.deltars import FileStats
-    from kraft_replay.lake.staged import StagedWrite
+    from kraft_replay.lake.staged import Compaction, StagedWrite
 
 Backend = Literal["auto", "deltars", "delta-spark"]
 T = TypeVar("T")
@@ -79,9 +79,14 @@ class Lake:
 
     ``backend="auto"`` picks ``delta-spark`` when the delta-spark classes load in the session's
     JVM and the embedded ``deltars`` backend otherwise (see :func:`kraft_replay.lake.backend.resolve_backend`).
+
+    ``spark=None`` opens the lake **driver only** (embedded backend, no JVM): tables, runs and
+    publication, staged writes (:meth:`new_staging` / :meth:`commit_staged`), Arrow reads
+    (:meth:`read_arrow`) and Arrow merges (:meth:`merge_arrow`) work; an operation that moves a
+    DataFrame raises a one-line :class:`~kraft_replay.lake.errors.LakeError`. The live ingest runs so.
     """
 
-    def __init__(self, root: str, spark: SparkSession, backend: Backend = "auto",
+    def __init__(self, root: str, spark: SparkSession | None, backend: Backend = "auto",
                  target_file_rows: int = 2_000_000, storage_options: dict[str, str] | None = None) -> None:
         if not root:
             raise InvalidArgumentError("lake root is empty; pass --lake DIR")
@@ -193,15 +198,18 @@ class Lake:
         return _staged.new_staging(self._impl, _valid_name(name))
 
     def commit_staged(self, staged: "StagedWrite", txn: tuple[str, int] | None = None,
-                      replace_where: str | None = None) -> CommitResult:
+                      replace_where: str | None = None, overwrite: bool = False) -> CommitResult:
         """Commit every Parquet file of ``staged`` in one commit (schema-checked, footer stats, optional
-        txn; a repeat of a committed txn is skipped and its files deleted). An append, or with
-        ``replace_where`` (partition columns only) an overwrite of the matching partitions in the
-        same commit. See ``lake.staged``."""
+        txn; a repeat of a committed txn is skipped and its files deleted). An append; with
+        ``replace_where`` (partition columns only) an overwrite of the matching partitions, with
+        ``overwrite`` of the whole table, in the same commit. See ``lake.staged``."""
         from kraft_replay.lake import staged as _staged
 
         staged = _staged.check_staged(staged)
-        return self._write(staged.table, lambda: _staged.commit_staged(self._impl, staged, txn, replace_where))
+        if overwrite and replace_where is not None:
+            raise InvalidArgumentError("commit_staged: pass replace_where (some partitions) or overwrite (the whole "
+                                       "table), not both")
+        return self._write(staged.table, lambda: _staged.commit_staged(self._impl, staged, txn, replace_where, overwrite))
 
     def abort_staged(self, staged: "StagedWrite") -> None:
         """Drop an uncommitted staged write (its files were never visible)."""
@@ -225,14 +233,61 @@ class Lake:
         return self._write(name, lambda: self._impl.rewrite(name, fn, replace_where, pick, list(columns or []),
                                                             together_below))
 
+    def plan_compaction(self, name: str, small_rows: int | None = None) -> "Compaction | None":
+        """A compaction of ``name`` in three steps, for a driver-only lake that keeps writing meanwhile:
+        this plan (what :meth:`compact` would rewrite now; None: nothing), its rows written by
+        :func:`kraft_replay.lake.staged.write_compaction` (files only: another thread may do it), then
+        :meth:`commit_compaction` — or :meth:`abort_compaction`."""
+        from kraft_replay.lake import staged as _staged
+
+        name = _valid_name(name)
+        if self.backend != "deltars":
+            raise InvalidArgumentError("plan_compaction is the embedded backend's; use compact")
+        return _staged.plan_compaction(self._impl, name, small_rows=small_rows)
+
+    def commit_compaction(self, plan: "Compaction") -> CommitResult:
+        """Commit a written compaction (rows unchanged, ``dataChange=false``): a run of its own."""
+        from kraft_replay.lake import staged as _staged
+
+        return self._write(plan.table, lambda: _staged.commit_compaction(self._impl, plan))
+
+    def abort_compaction(self, plan: "Compaction") -> None:
+        """Drop a compaction that will not be committed (its staged files were never visible)."""
+        self.abort_staged(plan.staged)
+
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
         """Upsert a small DataFrame: rows with equal ``keys`` are replaced, others inserted."""
         name = _valid_name(name)
         return self._write(name, lambda: self._impl.merge(name, df, list(keys), txn=txn))
 
-    def compact(self, name: str) -> CommitResult:
-        """Rewrite small files into files of about ``target_file_rows`` rows (dataChange=false)."""
+    def merge_arrow(self, name: str, rows: "pa.Table", keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
+        """:meth:`merge` of a small Arrow table, on the driver: rows with equal ``keys`` are replaced,
+        others inserted, in one commit. The embedded backend needs no Spark session
+        (:func:`kraft_replay.lake.staged.merge_arrow`); delta-spark merges it as a DataFrame."""
         name = _valid_name(name)
+        if self.backend == "deltars":
+            from kraft_replay.lake import staged as _staged
+
+            return self._write(name, lambda: _staged.merge_arrow(self._impl, name, rows, list(keys), txn))
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        df = self.spark.createDataFrame(rows.to_pandas(), schema=from_arrow_schema(rows.schema))
+        return self.merge(name, df, keys, txn)
+
+    def compact(self, name: str, small_rows: int | None = None) -> CommitResult:
+        """Rewrite small files into files of about ``target_file_rows`` rows (dataChange=false); on a
+        driver-only lake with pyarrow (:func:`kraft_replay.lake.staged.compact_arrow`). A file is small
+        below ``small_rows`` rows (default: half the target; the embedded backend honours it,
+        delta-spark's OPTIMIZE chooses itself)."""
+        name = _valid_name(name)
+        if small_rows is not None and small_rows < 1:
+            raise InvalidArgumentError(f"small_rows must be >= 1, got {small_rows}")
+        if self.spark is None:
+            from kraft_replay.lake import staged as _staged
+
+            return self._write(name, lambda: _staged.compact_arrow(self._impl, name, small_rows=small_rows))
+        if self.backend == "deltars":
+            return self._write(name, lambda: self._impl.compact(name, small_rows=small_rows))
         return self._write(name, lambda: self._impl.compact(name))
 
     def vacuum(self, name: str, retain_hours: float = 168.0) -> list[str]:
@@ -420,16 +475,38 @@ class Lake:
         return self._impl.read(name, version=version, timestamp=timestamp, where=where)
 
     def read_arrow(self, name: str, columns: list[str], version: int | None = None,
-                   partitions: list[tuple[str, str, Any]] | None = None) -> "pa.Table":
+                   partitions: list[tuple[str, str, Any]] | None = None, filter: Any = None,  # noqa: A002
+                   latest: bool = False) -> "pa.Table":
         """``columns`` of ``name`` as an Arrow table on the driver, at the version :meth:`read` reads
-        (the published one, else the latest; or ``version``), restricted by ``partitions`` (tuple
-        filters on partition columns, operators ``=`` and ``in``). For a table small enough for the
-        driver: the embedded backend reads its files with delta-rs (no Spark job); delta-spark collects
-        a Spark read."""
+        (the published one, else the latest; or ``version``; ``latest``: the newest commit),
+        restricted by ``partitions`` (tuple filters on partition columns, operators ``=`` and ``in``)
+        and ``filter`` (a ``pyarrow.compute`` expression on any columns: the embedded backend skips
+        the files whose statistics rule it out). For a table small enough for the driver: the
+        embedded backend reads its files with delta-rs (no Spark job); delta-spark collects a Spark read."""
         name = _valid_name(name)
-        if version is None:
+        if latest and version is not None:
+            raise InvalidArgumentError("latest=True reads the newest commit; do not pass a version too")
+        if version is None and not latest:
             version = self.published_versions().get(name)
-        return self._impl.read_arrow(name, columns, version=version, partitions=partitions)
+        if self.backend == "deltars":
+            return self._impl.read_arrow(name, columns, version=version, partitions=partitions, filter=filter)
+        if filter is None:
+            return self._impl.read_arrow(name, columns, version=version, partitions=partitions)
+        every = self._impl.schema(name).fieldNames()
+        return self._impl.read_arrow(name, every, version=version, partitions=partitions).filter(filter).select(columns)
+
+    def partitions(self, name: str) -> list[dict[str, str | None]]:
+        """The distinct partition values of ``name`` as readers see it (as the Delta log writes them:
+        strings); the embedded backend takes them from the log, without reading a data file."""
+        name = _valid_name(name)
+        version = self.published_versions().get(name)
+        if self.backend == "deltars":
+            snap = self._impl.snapshot(name, version)
+            found = {tuple(sorted(f.partition_values.items())) for f in snap.files}
+            return [dict(t) for t in sorted(found, key=lambda t: [(k, v or "") for k, v in t])]
+        parts = list(self._impl.table_info(name, version)[3])
+        rows = self._impl.read(name, version=version).select(*parts).distinct().collect() if parts else []
+        return [{c: (None if r[c] is None else str(r[c])) for c in parts} for r in rows]
 
     def register_views(self, latest: bool = False) -> list[str]:
         """Register every table as readers see it (published version, else latest) as a Spark temp

@@ -67,13 +67,17 @@ def delta_spark_available(spark: SparkSession, class_name: str | None = None) ->
         return False
 
 
-def resolve_backend(requested: str, spark: SparkSession) -> str:
-    """``auto`` -> ``delta-spark`` when its classes load, else ``deltars``; explicit names are checked."""
+def resolve_backend(requested: str, spark: SparkSession | None) -> str:
+    """``auto`` -> ``delta-spark`` when its classes load, else ``deltars``; explicit names are checked.
+    Without a session (a driver-only lake) there is no JVM to hold delta-spark: ``auto`` is ``deltars``."""
     if requested == "auto":
-        return "delta-spark" if delta_spark_available(spark) else "deltars"
+        return "delta-spark" if spark is not None and delta_spark_available(spark) else "deltars"
     if requested == "deltars":
         return requested
     if requested == "delta-spark":
+        if spark is None:
+            raise BackendUnavailableError("backend 'delta-spark' needs a Spark session; this command opens the lake "
+                                          "without one: use --backend deltars (or auto)")
         if not delta_spark_available(spark):
             raise BackendUnavailableError(
                 f"backend 'delta-spark' requested but class {DELTA_SPARK_CLASS} is not on the Spark classpath; "
@@ -83,7 +87,7 @@ def resolve_backend(requested: str, spark: SparkSession) -> str:
     raise InvalidArgumentError(f"unknown lake backend {requested!r}; use auto, deltars or delta-spark")
 
 
-def make_backend(requested: str, root: str, spark: SparkSession, target_file_rows: int,
+def make_backend(requested: str, root: str, spark: SparkSession | None, target_file_rows: int,
                  storage_options: dict[str, str] | None) -> LakeBackend:
     kind = resolve_backend(requested, spark)
     if kind == "delta-spark":

@@ -136,12 +136,19 @@ class DeltaRsBackend:
 
     name = "deltars"
 
-    def __init__(self, root: str, spark: SparkSession, target_file_rows: int,
+    def __init__(self, root: str, spark: SparkSession | None, target_file_rows: int,
                  storage_options: dict[str, str] | None = None) -> None:
         self.root = _files.Location.of(root)
-        self.spark = spark
+        self._spark = spark
         self.target_file_rows = int(target_file_rows)
         self.storage_options = storage_options
+        # A driver-only lake is one long-running writer's (the live ingest): it keeps each table's latest
+        # state loaded and reads only the commits added since (DeltaTable.update_incremental), instead of
+        # loading the log again for each of a poll's dozen table operations.
+        self._heads: dict[str, DeltaTable] | None = None if spark is not None else {}
+        self._published_rows: tuple[int, dict[str, dict[str, Any]]] | None = None
+        if spark is None:  # driver only (see Lake): nothing of Spark's to configure
+            return
         # Write timestamps as INT64 micros (not Spark's legacy INT96) so every Delta reader agrees.
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         if isinstance(self.root.fs, pafs.LocalFileSystem):
@@ -149,6 +156,14 @@ class DeltaRsBackend:
             # paths on the driver takes milliseconds, while Spark's default (a distributed listing
             # job once there are more than 32 paths) costs a second or more per read.
             spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session that moves DataFrames; a lake opened without one (driver only) refuses in one line."""
+        if self._spark is None:
+            raise LakeError(f"lake {self.root.uri} was opened without a Spark session (driver only): this operation "
+                            "reads or writes DataFrames; open the lake with a session")
+        return self._spark
 
     # ---- locations and snapshots -------------------------------------------------------------
 
@@ -185,6 +200,19 @@ class DeltaRsBackend:
                     "or delete the directory and recreate the table"
                 )
             raise UnknownTableError(name, loc.uri, self.table_names())
+        latest = version is None and timestamp is None
+        if latest and self._heads is not None and name in self._heads:
+            dt = self._heads[name]
+            # commits are numbered without gaps: no file for the next version means none newer (one stat,
+            # where reading the new commits lists the whole log directory)
+            following = f"{loc.fs_path}/_delta_log/{dt.version() + 1:020d}.json"
+            if loc.fs.get_file_info(following).type == pafs.FileType.NotFound:
+                return dt
+            try:
+                dt.update_incremental()
+                return dt
+            except (DeltaError, OSError, ValueError):
+                del self._heads[name]  # loaded afresh below
         try:
             dt = DeltaTable(loc.uri, version=version, storage_options=self.storage_options)
             if timestamp is not None:
@@ -208,6 +236,8 @@ class DeltaRsBackend:
                                 "see lake.history(name) for the versions that exist") from None
             raise CorruptTableError(f"table {name!r} at {loc.uri}: unreadable _delta_log ({first}); "
                                     "restore it from backup or recreate the table") from None
+        if latest and self._heads is not None:
+            self._heads[name] = dt
         return dt
 
     @staticmethod
@@ -604,13 +634,20 @@ class DeltaRsBackend:
         return df.where(where) if where is not None else df
 
     def read_arrow(self, name: str, columns: list[str], version: int | None = None,
-                   partitions: list[tuple[str, str, Any]] | None = None) -> pa.Table:
+                   partitions: list[tuple[str, str, Any]] | None = None, filter: Any = None) -> pa.Table:  # noqa: A002
         """``columns`` of ``name`` at a snapshot as Arrow, read on the driver by delta-rs (files pruned
-        by the partition filters ``partitions``); the same rows :meth:`read` gives Spark."""
+        by the partition filters ``partitions``, and by their statistics when a ``pyarrow.compute``
+        ``filter`` is given); the same rows :meth:`read` gives Spark."""
         snap = self.snapshot(name, version)
         bad = [p for p in partitions or [] if p[0] not in snap.partition_by or p[1] not in ("=", "in")]
         if bad:
             raise InvalidArgumentError(f"read_arrow {name}: {bad[0]!r} is not an '=' / 'in' filter on a partition column")
+        if filter is not None:
+            from pyarrow.parquet import filters_to_expression
+
+            if partitions:
+                filter = filters_to_expression(partitions) & filter  # noqa: A001
+            return snap.table.to_pyarrow_table(filters=filter, columns=columns)
         # the whole table at once (LakeReader.scan streams a few row groups at a time: half the memory,
         # 2.5x the time for the 9.5M partitions versions the outcomes job reads)
         return snap.table.to_pyarrow_table(filters=partitions or None, columns=columns)
@@ -690,13 +727,9 @@ class DeltaRsBackend:
         if not keys:
             raise InvalidArgumentError(f"table {name!r}: merge needs at least one key column")
         for attempt in range(_OP_RETRIES):
-            snap = self.snapshot(name)
-            if self._txn_done(snap.table, txn):
+            snap = self.merge_snapshot(name, keys, txn)
+            if snap is None:
                 return CommitResult(name, None, skipped=True)
-            missing = [k for k in keys if k not in snap.schema.fieldNames()]
-            if missing:
-                raise InvalidArgumentError(f"table {name!r}: merge key {missing[0]!r} is not a column "
-                                           f"(columns: {', '.join(snap.schema.fieldNames())})")
             batch = conform(name, snap.schema, df).cache()
             try:
                 dup = batch.groupBy(*keys).count().where("count > 1").limit(1).collect()
@@ -737,20 +770,37 @@ class DeltaRsBackend:
                 batch.unpersist()
         raise AssertionError("unreachable")
 
-    def compact(self, name: str, min_files: int = 2) -> CommitResult:
-        """Rewrite each partition's small files (< half the target rows) into files of the target size.
+    def merge_snapshot(self, name: str, keys: list[str], txn: tuple[str, int] | None) -> Snapshot | None:
+        """The snapshot a merge attempt starts from (None: ``txn`` is already committed); a key that is
+        not a column is refused in one line."""
+        snap = self.snapshot(name)
+        if self._txn_done(snap.table, txn):
+            return None
+        missing = [k for k in keys if k not in snap.schema.fieldNames()]
+        if missing:
+            raise InvalidArgumentError(f"table {name!r}: merge key {missing[0]!r} is not a column "
+                                       f"(columns: {', '.join(snap.schema.fieldNames())})")
+        return snap
+
+    def compaction_groups(self, snap: Snapshot, min_files: int, small_rows: int | None) -> list[list[FileEntry]]:
+        """Per partition, its small files (fewer than ``small_rows`` rows, default half the target), where
+        it has at least ``min_files`` of them: what a compaction rewrites."""
+        small_limit = small_rows or max(1, self.target_file_rows // 2)
+        groups: dict[tuple, list[FileEntry]] = defaultdict(list)
+        for f in snap.files:
+            if f.num_records is not None and f.num_records < small_limit:
+                groups[tuple(f.partition_values.get(c) for c in snap.partition_by)].append(f)
+        return [g for g in groups.values() if len(g) >= min_files]
+
+    def compact(self, name: str, min_files: int = 2, small_rows: int | None = None) -> CommitResult:
+        """Rewrite each partition's small files (< ``small_rows``, default half the target rows) into files of the target size.
 
         The commit removes the old files and adds the new ones with ``dataChange=false`` (the rows
         are unchanged, so streaming readers skip it). Partitions with fewer than ``min_files``
         small files are left alone.
         """
         snap = self.snapshot(name)
-        small_limit = max(1, self.target_file_rows // 2)
-        groups: dict[tuple, list[FileEntry]] = defaultdict(list)
-        for f in snap.files:
-            if f.num_records is not None and f.num_records < small_limit:
-                groups[tuple(f.partition_values.get(c) for c in snap.partition_by)].append(f)
-        victims = [f for g in groups.values() if len(g) >= min_files for f in g]
+        victims = [f for g in self.compaction_groups(snap, min_files, small_rows) for f in g]
         if not victims:
             return CommitResult(name, None)
         total = sum(f.num_records or 0 for f in victims)
@@ -804,8 +854,14 @@ class DeltaRsBackend:
 
         if not self.exists(PUBLISHED):
             return {}
-        rows = self._open(PUBLISHED).to_pyarrow_table().to_pylist()
-        return {r["table_name"]: r for r in rows}
+        dt = self._open(PUBLISHED)
+        cached = self._published_rows
+        if cached is not None and cached[0] == dt.version():  # a driver-only lake: the rows of this version
+            return {k: dict(v) for k, v in cached[1].items()}
+        rows = {r["table_name"]: r for r in dt.to_pyarrow_table().to_pylist()}
+        if self._heads is not None:
+            self._published_rows = (dt.version(), {k: dict(v) for k, v in rows.items()})
+        return rows
 
     def write_published(self, rows: list[dict[str, Any]], run_id: str) -> int:
         """Replace the ``_published`` rows in one commit (the visibility point); returns its version."""
@@ -817,9 +873,12 @@ class DeltaRsBackend:
         loc = self.location(PUBLISHED)
         props = CommitProperties(custom_metadata={"kraft_replay.operation": "PUBLISH", "kraft_replay.runId": run_id},
                                  max_commit_retries=COMMIT_RETRIES)
+        # a driver-only lake writes through the table it keeps loaded (no second load of the log)
+        target = self._open(PUBLISHED) if self._heads is not None and self.exists(PUBLISHED) else loc.uri
         try:
-            write_deltalake(loc.uri, pa.Table.from_pylist(rows, schema=PUBLISHED_SCHEMA), mode="overwrite",
-                            storage_options=self.storage_options, commit_properties=props)
+            write_deltalake(target, pa.Table.from_pylist(rows, schema=PUBLISHED_SCHEMA), mode="overwrite",
+                            storage_options=None if not isinstance(target, str) else self.storage_options,
+                            commit_properties=props)
         except (DeltaError, OSError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise LakeError(f"lake {self.root.uri}: publishing run {run_id} failed ({first}); the run's commits stay "

@@ -30,7 +30,8 @@ from kraft_replay.lake import files as _files
 from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError
 from kraft_replay.lake.schema import same_type
 
-__all__ = ["StagedWrite", "write_staged_arrow", "read_staged"]
+__all__ = ["StagedWrite", "write_staged_arrow", "read_staged", "merge_arrow", "Compaction", "plan_compaction",
+           "write_compaction", "commit_compaction", "compact_arrow"]
 
 # Rows per Parquet row group written by workers: large enough for good compression and few footer
 # entries, small enough to keep a worker's buffer per open file modest.
@@ -376,8 +377,11 @@ def check_staged(info: object) -> StagedWrite:
 def new_staging(backend, name: str) -> StagedWrite:  # noqa: ANN001 - a LakeBackend
     """A fresh staging directory for table ``name`` on either backend."""
     if backend.name == "deltars":
-        snap = backend.snapshot(name)
-        staged = make_staged(name, backend.location(name), snap.schema, snap.partition_by, backend.target_file_rows)
+        from kraft_replay.lake.schema import to_spark_schema
+
+        dt = backend._open(name)  # the schema and partitioning only (no file list)
+        staged = make_staged(name, backend.location(name), to_spark_schema(dt.schema()),
+                             list(dt.metadata().partition_columns), backend.target_file_rows)
     else:
         _version, _rows, schema, parts, _files_n = backend.table_info(name)
         staged = make_staged(name, backend.root.child(name), schema, list(parts), backend.target_file_rows)
@@ -395,16 +399,17 @@ def _location(backend, name: str) -> _files.Location:  # noqa: ANN001
 
 
 def commit_staged(backend, staged: StagedWrite, txn: tuple[str, int] | None = None,  # noqa: ANN001, ANN201
-                  replace_where: str | None = None):
+                  replace_where: str | None = None, overwrite: bool = False):
     """Commit the files of ``staged`` in one Delta commit (see the module docstring for the rule);
-    with ``replace_where`` the files of the matching partitions are removed in that same commit."""
+    with ``replace_where`` the files of the matching partitions, with ``overwrite`` every file of the
+    table, are removed in that same commit."""
     if backend.name == "deltars":
-        return _commit_deltars(backend, staged, txn, replace_where)
-    return _commit_by_copy(backend, staged, txn, replace_where)
+        return _commit_deltars(backend, staged, txn, replace_where, overwrite)
+    return _commit_by_copy(backend, staged, txn, replace_where, overwrite)
 
 
 def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  # noqa: ANN001, ANN202
-                    replace_where: str | None = None):
+                    replace_where: str | None = None, overwrite: bool = False):
     import time
 
     from deltalake import transaction as _tx
@@ -437,7 +442,7 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  
                 raise InvalidArgumentError(
                     f"table {name!r}: staged commit with replace_where={replace_where!r} has files in partition "
                     f"{outside[0]} that the predicate does not match; write only matching rows (the write was not committed)")
-        if not adds and txn is None and replace_where is None:
+        if not adds and txn is None and replace_where is None and not overwrite:
             _files.delete_staging(loc, staged.staging)
             return CommitResult(name, None)
         for attempt in range(_OP_RETRIES):
@@ -445,13 +450,13 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  
                 _files.delete_staging(loc, staged.staging)
                 return CommitResult(name, None, skipped=True)
             removes = []
-            if replace_where is not None:
+            if replace_where is not None or overwrite:
                 now = int(time.time() * 1000)
-                removes = [_tx.RemoveAction(f.path, True, now, f.size, f.partition_values)
-                           for f in backend._matching(snap, replace_where)]
+                victims = snap.files if overwrite else backend._matching(snap, replace_where)
+                removes = [_tx.RemoveAction(f.path, True, now, f.size, f.partition_values) for f in victims]
             try:
                 version = backend._commit(name, snap, [a for a, _ in adds] + removes, txn,
-                                          "WRITE" if replace_where is None else "OVERWRITE")
+                                          "WRITE" if replace_where is None and not overwrite else "OVERWRITE")
                 return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
             except CommitFailedError as exc:
                 if attempt == _OP_RETRIES - 1:
@@ -466,10 +471,10 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  
 
 
 def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None,  # noqa: ANN001, ANN202
-                    replace_where: str | None = None):
-    """delta-spark: read the staged files with Spark, append (or overwrite ``replace_where``) them with
-    the txn, delete the staging dir."""
-    mode = "append" if replace_where is None else "overwrite"
+                    replace_where: str | None = None, overwrite: bool = False):
+    """delta-spark: read the staged files with Spark, append (or overwrite ``replace_where``, or the
+    whole table) them with the txn, delete the staging dir."""
+    mode = "append" if replace_where is None and not overwrite else "overwrite"
     name = staged.table
     loc = backend.root.child(name)
     try:
@@ -486,3 +491,265 @@ def _commit_by_copy(backend, staged: StagedWrite, txn: tuple[str, int] | None,  
         return backend.write(name, df, mode=mode, replace_where=replace_where, txn=txn)
     finally:
         _files.delete_staging(loc, staged.staging)
+
+
+# ---- merge of a small Arrow table on the driver (embedded backend) -------------------------------
+
+# (file path on its filesystem) -> {column: (min, max) | None}: the key ranges of data files, read from
+# their Parquet footers once (a data file never changes once written; names are unique)
+_KEY_RANGES: dict[str, dict[str, tuple | None]] = {}
+_KEY_RANGES_MAX = 200_000
+
+
+def _comparable(v):  # noqa: ANN001, ANN202
+    """A statistic or a value as something ordered alike on both sides (naive datetimes are UTC)."""
+    import datetime as _dt
+
+    if isinstance(v, _dt.datetime) and v.tzinfo is None:
+        return v.replace(tzinfo=_dt.timezone.utc)
+    return v
+
+
+def _key_ranges(fs: pafs.FileSystem, path: str, columns: list[str]) -> dict[str, tuple | None]:
+    """``(min, max)`` of each of ``columns`` in the file at ``path`` from its footer (None: no usable
+    statistic), cached per file."""
+    cached = _KEY_RANGES.get(path)
+    if cached is not None and all(c in cached for c in columns):
+        return cached
+    out: dict[str, tuple | None] = dict(cached or {})
+    with fs.open_input_file(path) as fh:
+        meta = pq.ParquetFile(fh).metadata
+    for c in columns:
+        lo = hi = None
+        ok = meta.num_row_groups > 0
+        for rg in range(meta.num_row_groups):
+            group = meta.row_group(rg)
+            col = next((group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema == c), None)
+            st = None if col is None else col.statistics
+            if st is None or not st.has_min_max:
+                ok = False
+                break
+            a, b = _comparable(st.min), _comparable(st.max)
+            lo = a if lo is None else min(lo, a)
+            hi = b if hi is None else max(hi, b)
+        out[c] = (lo, hi) if ok else None
+    if len(_KEY_RANGES) >= _KEY_RANGES_MAX:
+        _KEY_RANGES.clear()
+    _KEY_RANGES[path] = out
+    return out
+
+
+def _with_partition_values(table: pa.Table, schema: pa.Schema, values: dict[str, str | None]) -> pa.Table:
+    """``table`` (a data file's columns) with the partition columns from the file's partition values,
+    in ``schema``'s column order and types."""
+    n = table.num_rows
+    cols = []
+    for f in schema:
+        if f.name in values:
+            v = values[f.name]
+            cols.append(pa.nulls(n, f.type) if v is None else pa.repeat(pa.scalar(v).cast(f.type), n))
+        elif f.name in table.column_names:
+            c = table.column(f.name)
+            cols.append(c if c.type.equals(f.type) else c.cast(f.type))
+        else:
+            cols.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def merge_arrow(backend, name: str, rows: pa.Table, keys: list[str],  # noqa: ANN001, ANN201, C901
+                txn: tuple[str, int] | None = None):
+    """Upsert ``rows`` into table ``name`` on the driver (embedded backend, no Spark): rows with equal
+    ``keys`` replace the table's rows, new keys are inserted, in one commit.
+
+    Rule (as :meth:`kraft_replay.lake.deltars.DeltaRsBackend.merge`: copy-on-write at file
+    granularity): the candidate files are those in the rows' partitions (when the keys include every
+    partition column) whose footer ranges of the other key columns overlap the rows' (ranges read once
+    per file); the candidates' key columns are joined with the rows' keys; the files that hold one
+    of them are rewritten without those rows, plus ``rows``, into one staged write (a key absent
+    everywhere: ``rows`` alone), and one commit removes the touched files and adds the new ones. A
+    null key never matches. A concurrent commit retries the whole merge on the new snapshot."""
+    from deltalake.exceptions import CommitFailedError
+
+    from kraft_replay.lake.deltars import _OP_RETRIES, CommitResult
+    from kraft_replay.lake.errors import CommitConflictError
+
+    backend._check_txn(txn)
+    if not keys:
+        raise InvalidArgumentError(f"table {name!r}: merge needs at least one key column")
+    loc = backend.location(name)
+    for attempt in range(_OP_RETRIES):
+        snap = backend.merge_snapshot(name, keys, txn)
+        if snap is None:
+            return CommitResult(name, None, skipped=True)
+        full = arrow_schema_of(snap.schema)
+        batch = pa.Table.from_batches([_conform_batch(name, b, full) for b in rows.to_batches()], schema=full)
+        if batch.num_rows == 0:
+            return CommitResult(name, None)
+        counts = batch.group_by(keys).aggregate([([], "count_all")])
+        dup = counts.filter(pc.greater(counts.column("count_all"), 1))
+        if dup.num_rows:
+            first = {k: dup.column(k)[0].as_py() for k in keys}
+            raise InvalidArgumentError(f"table {name!r}: merge batch has several rows for key {first}; deduplicate it first")
+        parts = list(snap.partition_by)
+        candidates = snap.files
+        if parts and set(parts) <= set(keys):
+            wanted = {tuple(_partition_text(v) for v in r.values())
+                      for r in batch.select(parts).group_by(parts).aggregate([]).to_pylist()}
+            candidates = [f for f in candidates if tuple(f.partition_values.get(c) for c in parts) in wanted]
+        others = [k for k in keys if k not in parts]
+        spans = {}
+        for k in others:
+            mm = pc.min_max(batch.column(k)).as_py()
+            spans[k] = None if mm["min"] is None else (_comparable(mm["min"]), _comparable(mm["max"]))
+        root = loc.fs_path.rstrip("/")
+
+        def overlaps(f) -> bool:  # noqa: ANN001
+            ranges = _key_ranges(loc.fs, f"{root}/{f.path}", others)
+            for k in others:
+                r, s = ranges.get(k), spans[k]
+                if s is None:
+                    return False  # every key of the batch is null there: it matches nothing
+                if r is not None and (r[1] < s[0] or s[1] < r[0]):
+                    return False
+            return True
+
+        candidates = [f for f in candidates if overlaps(f)]
+        batch_keys = batch.select(keys)
+        touched = []
+        for f in candidates:
+            data = pq.read_table(f"{root}/{f.path}", filesystem=loc.fs, columns=[k for k in others])
+            have = _with_partition_values(data, pa.schema([full.field(k) for k in keys]), f.partition_values)
+            if have.join(batch_keys, keys, join_type="inner").num_rows:
+                touched.append(f)
+        out = batch
+        if touched:
+            kept = [_with_partition_values(pq.read_table(f"{root}/{f.path}", filesystem=loc.fs), full, f.partition_values)
+                    for f in touched]
+            old = pa.concat_tables(kept)
+            # the replaced rows, found by their keys alone (joins carry no nested columns)
+            index = old.select(keys).append_column("_i", pa.array(range(old.num_rows), pa.int64()))
+            gone = index.join(batch_keys, keys, join_type="left semi").column("_i")
+            old = old.filter(pc.invert(pc.is_in(index.column("_i"), value_set=gone.combine_chunks())))
+            out = pa.concat_tables([old, batch])
+        staged = make_staged(name, loc, snap.schema, parts, backend.target_file_rows)
+        _files.create_staging_dir(name, loc, staged.staging)
+        try:
+            write_staged_arrow(staged, out, part_id="merge")
+            data_schema = StructType([f for f in snap.schema.fields if f.name not in parts])
+            adds = _files.add_actions_for(loc, staged_files(staged, loc), data_schema, parts)
+            backend._check_not_null(snap, adds)
+            return backend._commit_replace(name, snap, adds, touched, txn, "MERGE")
+        except CommitFailedError as exc:
+            _files.delete_staging(loc, staged.staging)
+            if attempt == _OP_RETRIES - 1:
+                raise CommitConflictError(f"table {name!r}: merge kept conflicting with concurrent writers "
+                                          f"({str(exc).splitlines()[0]}); retry the job") from None
+        except BaseException:
+            _files.delete_staging(loc, staged.staging)
+            raise
+    raise AssertionError("unreachable")
+
+
+def _partition_text(value) -> str | None:  # noqa: ANN001
+    """A partition value as the Delta log writes it (what ``FileEntry.partition_values`` holds)."""
+    from kraft_replay.lake.deltars import _partition_string
+
+    return _partition_string(value)
+
+
+@dataclass
+class Compaction:
+    """A compaction planned on the driver (:func:`plan_compaction`): the small files of ``table`` to
+    rewrite (per partition, in log order) and the staged write their rows go to. Its rows are written
+    by :func:`write_compaction` — files only, so another thread may do it while the lake goes on — and
+    it is committed by :func:`commit_compaction`."""
+
+    table: str
+    groups: list[list]                 # FileEntry lists, one per partition
+    staged: StagedWrite
+    root: str                          # the table's path on the staging filesystem
+
+    @property
+    def files(self) -> int:
+        return sum(len(g) for g in self.groups)
+
+
+def plan_compaction(backend, name: str, min_files: int = 2, small_rows: int | None = None) -> Compaction | None:  # noqa: ANN001
+    """What a compaction of ``name`` rewrites now (``compaction_groups``: each partition's files below
+    ``small_rows`` rows, default half the target, where it has ``min_files`` of them); None: nothing.
+    Creates the staging directory."""
+    snap = backend.snapshot(name)
+    groups = backend.compaction_groups(snap, min_files, small_rows)
+    if not groups:
+        return None
+    loc = backend.location(name)
+    staged = make_staged(name, loc, snap.schema, list(snap.partition_by), backend.target_file_rows)
+    _files.create_staging_dir(name, loc, staged.staging)
+    return Compaction(name, groups, staged, loc.fs_path.rstrip("/"))
+
+
+def write_compaction(c: Compaction) -> None:
+    """Read each group's files (pyarrow) and write their rows, in order, into the compaction's staged
+    write. Touches files only (no table state): safe in another thread than the lake's."""
+    fs = c.staged.filesystem()
+    full = c.staged.arrow_schema
+    for k, group in enumerate(c.groups):
+        rows = pa.concat_tables([_with_partition_values(pq.read_table(f"{c.root}/{f.path}", filesystem=fs), full,
+                                                        f.partition_values) for f in group])
+        write_staged_arrow(c.staged, rows, part_id=f"compact{k}")
+
+
+def commit_compaction(backend, c: Compaction):  # noqa: ANN001, ANN201
+    """One commit removing the compaction's files and adding the written ones, both with
+    ``dataChange=false`` (the rows are unchanged: streaming readers skip it). When one of its files is
+    no longer in the table (another writer removed it), nothing is committed and the write is dropped."""
+    import time
+
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import RemoveAction
+
+    from kraft_replay.lake.deltars import CommitResult
+    from kraft_replay.lake.errors import CommitConflictError
+
+    name = c.table
+    loc = backend.location(name)
+    try:
+        snap = backend.snapshot(name)
+        victims = [f for g in c.groups for f in g]
+        if not {f.path for f in victims} <= {f.path for f in snap.files}:
+            _files.delete_staging(loc, c.staged.staging)
+            return CommitResult(name, None)
+        data_schema = StructType([f for f in snap.schema.fields if f.name not in snap.partition_by])
+        adds = _files.add_actions_for(loc, staged_files(c.staged, loc), data_schema, list(snap.partition_by),
+                                      data_change=False)
+        now = int(time.time() * 1000)
+        removes = [RemoveAction(f.path, False, now, f.size, f.partition_values) for f in victims]
+        version = backend._commit(name, snap, [a for a, _ in adds] + removes, None, "OPTIMIZE")
+    except CommitFailedError as exc:
+        _files.delete_staging(loc, c.staged.staging)
+        raise CommitConflictError(f"table {name!r}: compaction conflicted with a concurrent writer "
+                                  f"({str(exc).splitlines()[0]}); nothing changed, run compact again") from None
+    except BaseException:
+        _files.delete_staging(loc, c.staged.staging)
+        raise
+    return CommitResult(name, version, len(adds), sum(n for _, n in adds), len(removes))
+
+
+def compact_arrow(backend, name: str, min_files: int = 2, small_rows: int | None = None):  # noqa: ANN001, ANN201
+    """Compaction on the driver (embedded backend, no Spark): the same rule as
+    :meth:`kraft_replay.lake.deltars.DeltaRsBackend.compact` — each partition's small files (fewer than
+    ``small_rows`` rows, default half the target) rewritten into files of the target size when the
+    partition has at least ``min_files`` of them, one commit with ``dataChange=false`` — with the rows
+    read and written by pyarrow (files in order, so rows keep their order): :func:`plan_compaction`,
+    :func:`write_compaction`, :func:`commit_compaction` in a row."""
+    from kraft_replay.lake.deltars import CommitResult
+
+    c = plan_compaction(backend, name, min_files, small_rows)
+    if c is None:
+        return CommitResult(name, None)
+    try:
+        write_compaction(c)
+    except BaseException:
+        _files.delete_staging(backend.location(name), c.staged.staging)
+        raise
+    return commit_compaction(backend, c)

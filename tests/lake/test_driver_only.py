@@ -1,0 +1,88 @@
+"""A lake opened driver only (``Lake(root, None)``, no JVM): runs, staged writes and their whole-table
+overwrite, Arrow reads pruned by statistics, and ``merge_arrow`` — the same rows ``merge`` gives
+through Spark; an operation that needs a DataFrame refuses in one line."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from lake_helpers import EVENTS
+
+from kraft_replay.lake import Lake, LakeError
+from kraft_replay.lake.staged import write_staged_arrow
+
+T0 = dt.datetime(2026, 11, 24, 10, 0, tzinfo=dt.timezone.utc)
+
+
+def _events(ids: list[int], name: str = "n") -> pa.Table:
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "name": pa.array([f"{name}{i}" for i in ids]),
+        "at": pa.array([T0 + dt.timedelta(seconds=i) for i in ids], pa.timestamp("us", tz="UTC")),
+        "part": pa.array([i % 3 for i in ids], pa.int32()),
+    })
+
+
+def _sorted(t: pa.Table) -> list[dict]:
+    return sorted(t.to_pylist(), key=lambda r: (r["id"], r["name"]))
+
+
+@pytest.fixture
+def driver(tmp_path) -> Lake:
+    lake = Lake(str(tmp_path / "lake"), None, backend="auto")
+    lake.create_table("events", EVENTS, partition_by=["part"])
+    return lake
+
+
+def test_a_run_of_staged_writes_and_a_whole_table_overwrite(driver) -> None:
+    assert driver.backend == "deltars"  # auto without a JVM
+    driver.start_run("r1", ["events"])
+    st = driver.new_staging("events")
+    write_staged_arrow(st, _events(list(range(10))), part_id="a")
+    driver.commit_staged(st, txn=("app-r1", 1))
+    assert driver.read_arrow("events", ["id"]).num_rows == 0  # committed, not yet published
+    assert driver.partitions("events") == []  # as readers see it: before the publish, nothing
+    driver.publish(["events"], "r1")
+    assert driver.read_arrow("events", ["id"]).num_rows == 10
+    assert driver.partitions("events") == [{"part": "0"}, {"part": "1"}, {"part": "2"}]
+    # only the files the statistics allow are read; the filter holds for the rows
+    got = driver.read_arrow("events", ["id"], partitions=[("part", "=", 1)], filter=pc.field("id") >= 4)
+    assert sorted(got.column("id").to_pylist()) == [4, 7]
+    st = driver.new_staging("events")
+    write_staged_arrow(st, _events([100, 101]), part_id="b")
+    res = driver.commit_staged(st, overwrite=True)  # outside a run: a run of its own
+    assert res.removed_files > 0 and sorted(driver.read_arrow("events", ["id"]).column("id").to_pylist()) == [100, 101]
+    with pytest.raises(Exception, match="replace_where .* or overwrite"):
+        driver.commit_staged(driver.new_staging("events"), replace_where="part = 1", overwrite=True)
+
+
+def test_merge_arrow_equals_the_spark_merge(spark, driver, tmp_path) -> None:
+    """The same merges on a driver-only lake and through Spark on another: equal rows; a batch whose
+    keys are all new touches no file (an append), one with known keys rewrites only their files."""
+    spark_lake = Lake(str(tmp_path / "spark"), spark, backend="deltars")
+    spark_lake.create_table("events", EVENTS, partition_by=["part"])
+    batches = [_events(list(range(0, 6))), _events(list(range(6, 9))), _events([2, 7, 20], name="m")]
+    results = [driver.merge_arrow("events", b, ["id", "part"]) for b in batches]
+    # the same through Spark: the first two hold new keys only (one append), the third known ones too
+    frame = lambda t: spark.createDataFrame(t.to_pandas(), EVENTS)  # noqa: E731
+    spark_lake.append("events", frame(pa.concat_tables(batches[:2])))
+    spark_lake.merge("events", frame(batches[2]), ["id", "part"])
+    want = spark_lake.read_arrow("events", ["id", "name", "at", "part"])
+    got = driver.read_arrow("events", ["id", "name", "at", "part"])
+    assert _sorted(got) == _sorted(want) and got.num_rows == 10
+    assert [r.removed_files for r in results[:2]] == [0, 0]  # new keys only: nothing rewritten
+    assert 0 < results[2].removed_files < 3 + 3  # only the files holding ids 2 and 7
+    assert driver.merge_arrow("events", _events([]), ["id"]).version is None
+    with pytest.raises(Exception, match="several rows for key"):
+        driver.merge_arrow("events", pa.concat_tables([_events([1]), _events([1], name="x")]), ["id"])
+
+
+def test_operations_that_move_dataframes_refuse_in_one_line(driver) -> None:
+    with pytest.raises(LakeError) as e:
+        driver.read("events")
+    assert "without a Spark session" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(LakeError, match="delta-spark' needs a Spark session"):
+        Lake(driver.root, None, backend="delta-spark")
