@@ -40,7 +40,7 @@ def fingerprinted_lake(spark, files, tmp_path_factory):
     lake = Lake(str(root), spark, backend="deltars")
     live = root.parent / "live"
     shutil.copytree(files["node"], live)
-    follow(spark, lake, [str(live)], cluster_id=CID, polls=1, say=lambda _: None)          # segment + snapshot + bootstrap
+    follow(lake, [str(live)], cluster_id=CID, polls=1, say=lambda _: None)                 # segment + snapshot + bootstrap
     run_ingest(spark, lake, [str(files["dump"])], cluster_id=CID + "T", say=lambda _: None)  # dump-log text
     run_replay(spark, lake, say=lambda _: None)
     return lake

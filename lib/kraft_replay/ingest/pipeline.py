@@ -54,7 +54,7 @@ Steps (each a rule of issue 3 / docs/design.md):
 
 Fault injection (tests): ``KRAFT_REPLAY_FAULT=kill-after-commit:<table>`` SIGKILLs the driver right
 after that table's commit, ``fail-commit:<table>`` makes that commit fail (comma-separated list;
-``<table>`` may also be ``publish``).
+``<table>`` may also be ``publish``). ``ingest --follow`` (:mod:`.follow`) honours the same points.
 
 Progress: every 5 s a line with tasks done, MB, MB/s and records/s (the tasks add their record
 counts to a Spark accumulator, merged on the driver as each task finishes).
@@ -111,7 +111,8 @@ from kraft_replay.ingest.tables import (
     spark_schema,
 )
 
-__all__ = ["IngestSummary", "FileResult", "run_ingest", "decode_tasks"]
+__all__ = ["IngestSummary", "FileResult", "run_ingest", "decode_tasks", "task_chunks", "prefix_rows", "fault", "FAULT_ENV",
+           "unpublished_message"]
 
 STATS = "_stats"
 STATS_SCHEMA = pa.schema([
@@ -199,7 +200,7 @@ def _decode_range(read: Callable[[int, int], bytes], pos: int, stop_at: int, end
         out["end_pos"] = pos
 
 
-def _task_chunks(t: dict, ingested_at: datetime, out: dict | None = None, secrets_key: bytes | None = None) -> Iterator:
+def task_chunks(t: dict, ingested_at: datetime, out: dict | None = None, secrets_key: bytes | None = None) -> Iterator:
     """DecodedChunks of one task row (see :class:`kraft_replay.ingest.plan.Task`), credential material
     fingerprinted under ``secrets_key`` (:func:`kraft_replay.ingest.bronze.redact_chunk`; None: kept as
     decoded). ``out`` receives ``first_pos`` / ``end_pos`` (where decoding started and stopped;
@@ -321,7 +322,7 @@ def decode_tasks(rows: list[dict], ingested_at: datetime, staging: str, emit_log
         total = ChunkStats()
         first_q: tuple[int, str] | None = None
         where: dict = {}
-        for c in _task_chunks(t, ingested_at, where, secrets_key):
+        for c in task_chunks(t, ingested_at, where, secrets_key):
             if emit_log and c.log.num_rows:
                 yield c.log
             q_rows, q_raw = split_quarantine(c.quarantine)
@@ -664,7 +665,7 @@ def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_byt
                 r.first_offset = st["first_offset"] if r.first_offset is None else min(r.first_offset, st["first_offset"])
                 r.last_offset = st["last_offset"] if r.last_offset is None else max(r.last_offset, st["last_offset"])
         for r in results.values():
-            if r.file.data_start:  # the damaged prefix, quarantined by the driver (_prefix_rows)
+            if r.file.data_start:  # the damaged prefix, quarantined by the driver (prefix_rows)
                 r.quarantined += 1
                 r.quarantined_bytes += r.file.data_start
                 r.first_quarantined = (0, CORRUPT_PREFIX_CODE)
@@ -694,14 +695,14 @@ def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_byt
         res = _commit_staged(lake, files_staged, app_id(), summary)
         summary.rows[INGEST_FILES] = 0 if res.skipped else len(file_rows)
         # the run's visibility point: every table's commits at once
-        _fault("fail-commit", "publish")
+        fault("fail-commit", "publish")
         summary.published = lake.publish(list(BRONZE_TABLES), run_id)
-        _fault("kill-after-commit", "publish")
+        fault("kill-after-commit", "publish")
     except BaseException as exc:
         from kraft_replay.lake.errors import LakeError
 
         if summary.commits and summary.published is None:
-            message = _unpublished_message(run_id, summary.commits, exc)
+            message = unpublished_message(run_id, summary.commits, exc)
             if isinstance(exc, Exception):
                 raise IngestError(message) from exc
             say(message)
@@ -721,7 +722,7 @@ CORRUPT_PREFIX_CODE = "CORRUPT_PREFIX"  # == kraft_replay.ingest.sources.CORRUPT
 FAULT_ENV = "KRAFT_REPLAY_FAULT"
 
 
-def _fault(kind: str, point: str) -> None:
+def fault(kind: str, point: str) -> None:
     """Test hook (see the module docstring): ``KRAFT_REPLAY_FAULT=kill-after-commit:<t>`` kills the
     driver with SIGKILL, ``fail-commit:<t>`` raises the error a failed commit raises."""
     import os
@@ -742,29 +743,29 @@ def _commit_staged(lake, staged, app_id: str, summary: IngestSummary):  # noqa: 
     """Commit one staged write of the run (with the fault points and the run's commit record)."""
     summary.committing = True
     try:
-        _fault("fail-commit", staged.table)
+        fault("fail-commit", staged.table)
     except BaseException:
         lake.abort_staged(staged)
         raise
     res = lake.commit_staged(staged, txn=(app_id, 1))
     if res.version is not None:
         summary.commits.append((staged.table, int(res.version)))
-    _fault("kill-after-commit", staged.table)
+    fault("kill-after-commit", staged.table)
     return res
 
 
 def _append(lake, table: str, df: DataFrame, app_id: str, summary: IngestSummary):  # noqa: ANN001, ANN202
     """Append through Spark as one commit of the run (fault points, commit record)."""
     summary.committing = True
-    _fault("fail-commit", table)
+    fault("fail-commit", table)
     res = lake.append(table, df, txn=(app_id, 1))
     if res.version is not None:
         summary.commits.append((table, int(res.version)))
-    _fault("kill-after-commit", table)
+    fault("kill-after-commit", table)
     return res
 
 
-def _unpublished_message(run_id: str, commits: list[tuple[str, int]], exc: BaseException) -> str:
+def unpublished_message(run_id: str, commits: list[tuple[str, int]], exc: BaseException) -> str:
     """The one-line error of a run that failed after committing but before publishing."""
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -775,7 +776,7 @@ def _unpublished_message(run_id: str, commits: list[tuple[str, int]], exc: BaseE
             "see them) and the next run on this lake rolls them back; re-run the ingest")
 
 
-def _prefix_rows(todo: list[InputFile], ingested_at: datetime) -> tuple[pa.Table, pa.Table] | None:
+def prefix_rows(todo: list[InputFile], ingested_at: datetime) -> tuple[pa.Table, pa.Table] | None:
     """One quarantine row per file with a damaged prefix, bytes ``[0, data_start)``: its
     ``ingest_quarantine`` rows and ``ingest_quarantine_raw`` rows (:func:`split_quarantine`)."""
     from kraft_replay.ingest.sources import read_range
@@ -1020,7 +1021,7 @@ def _ingest_direct(spark, lake, todo, tasks, bounds, staging, ingested_at, stric
         quarantined = [st for st in stats_list if st["quarantined"]]
         if strict and quarantined:
             raise IngestError(_strict_message(quarantined, by_task))
-        prefixes = _prefix_rows(todo, ingested_at)
+        prefixes = prefix_rows(todo, ingested_at)
         if prefixes is not None:
             for name, part in zip((INGEST_QUARANTINE, INGEST_QUARANTINE_RAW), prefixes):
                 write_staged_arrow(staged[name], part, part_id="prefix")
@@ -1133,7 +1134,7 @@ def _ingest_dedup(spark, lake, todo, split_bytes, staging, ingested_at, strict, 
     if len(stats) != len(tasks):
         raise IngestError(f"internal: {len(stats)} of {len(tasks)} decode tasks reported statistics in {staging}; re-run the ingest")
 
-    prefixes = _prefix_rows(todo, ingested_at)
+    prefixes = prefix_rows(todo, ingested_at)
     if prefixes is not None:  # the damaged prefixes join the tasks' quarantine rows
         import pyarrow.parquet as pq
 

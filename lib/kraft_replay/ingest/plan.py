@@ -191,10 +191,11 @@ class Walk:
     last_start: int = -1
 
 
-def walk_batches(path: str, size: int, every: int, start: int = 0) -> Walk:
+def walk_batches(path: str, size: int, every: int, start: int = 0, limit: int | None = None) -> Walk:
     """Walk the batch chain of a file from ``start`` (a batch boundary; 17-byte reads through a window
     buffer; see module doc) and return batch-aligned cut positions roughly every ``every`` bytes plus
-    the framed offset range. The walk stops where the decoder stops (facts §1.6)."""
+    the framed offset range. The walk stops where the decoder stops (facts §1.6), and with ``limit``
+    at the first batch boundary ``limit`` bytes or more past ``start`` (at least one batch is walked)."""
     cuts: list[int] = []
     r = _Reader(path)
     batches = 0
@@ -228,6 +229,8 @@ def walk_batches(path: str, size: int, every: int, start: int = 0) -> Walk:
             if pos >= next_cut and pos < size:
                 cuts.append(pos)
                 next_cut = pos + every
+            if limit is not None and pos - start >= limit:
+                break
         last = None
         if last_pos >= 0:
             head = r.read_at(27, last_pos)

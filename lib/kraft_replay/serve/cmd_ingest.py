@@ -1,6 +1,9 @@
 """``kraft-replay ingest PATH... --lake DIR [--cluster-id ID] [--strict | --follow]``: KRaft files into the bronze tables
 (``--follow``: tail them while Kafka writes, :mod:`kraft_replay.ingest.follow`).
 
+``--follow`` runs without Spark (one process: each poll decoded by the codec and committed with
+delta-rs, :mod:`kraft_replay.ingest.follow`); Ctrl-C stops it with its summary line, exit 130.
+
 Exit 0 with a summary (a truncated tail or a damaged start of a segment is quarantined, not an
 error); exit 2 with one line on bad input, or under ``--strict`` when anything was quarantined (then
 nothing is committed), or when a commit fails (the line says which commits the run had made: they
@@ -44,8 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "resynchronises at a batch boundary and the ranges are verified to chain")
     p.add_argument("--follow", action="store_true",
                    help="keep tailing the node's files while Kafka writes them: every --interval, ingest the whole "
-                        "batches appended since the last poll, new segments and new snapshots (positions kept in "
-                        "the lake's follow_positions; a restart resumes)")
+                        "batches appended since the last poll, new segments and new snapshots, each poll one "
+                        "published run committed without Spark (positions kept in the lake's follow_positions; a "
+                        "restart resumes)")
     p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="--follow: seconds between polls (default 1)")
     p.add_argument("--polls", type=int, default=None, metavar="N", help="--follow: stop after N polls")
     p.add_argument("--run-for", type=float, default=None, metavar="SECONDS", help="--follow: stop after SECONDS")
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 def _follow(args: argparse.Namespace) -> int:
     from kraft_replay.ingest.errors import IngestError
     from kraft_replay.ingest.follow import check_follow_paths, follow
-    from kraft_replay.serve.common import open_lake
+    from kraft_replay.serve.common import open_lake_driver
 
     interval = 1.0 if args.interval is None else args.interval
     if not interval > 0:
@@ -102,13 +106,13 @@ def _follow(args: argparse.Namespace) -> int:
         raise IngestError(f"--run-for must be > 0 seconds, got {args.run_for:g}")
     if args.strict:
         raise IngestError("--strict and --follow exclude each other: a live tail quarantines what it cannot decode")
-    check_follow_paths(list(args.paths))  # bad paths fail here, before Spark starts
-    spark, lake = open_lake(args)
+    check_follow_paths(list(args.paths))  # bad paths fail here, before the lake is opened
+    lake = open_lake_driver(args)  # no Spark: each poll is committed with delta-rs on this process
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    report = follow(spark, lake, list(args.paths), cluster_id=args.cluster_id, interval=interval,
+    report = follow(lake, list(args.paths), cluster_id=args.cluster_id, interval=interval,
                     polls=args.polls, run_for=args.run_for, say=say, keep_secrets=args.keep_secrets)
     print(report.line(), flush=True)
-    return 0
+    return 130 if report.interrupted else 0

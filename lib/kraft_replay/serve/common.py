@@ -22,6 +22,25 @@ def open_lake(args: argparse.Namespace):
     return spark, Lake(root, spark, backend=backend, target_file_rows=profile.lake.target_file_rows)
 
 
+def open_lake_driver(args: argparse.Namespace):
+    """The lake of ``--lake`` / ``--backend`` / the profile for a command that needs no Spark job (the live
+    ingest, metric ingest): opened driver only — no JVM starts — unless ``--backend delta-spark`` (or the
+    profile) asks for the backend that lives in Spark's JVM; ``auto`` is the embedded backend here."""
+    from kraft_replay.config import load_profile
+    from kraft_replay.lake import Lake
+
+    profile = load_profile(args.profile)
+    backend = args.backend or profile.lake.backend
+    if backend == "delta-spark":
+        return open_lake(args)[1]
+    root = args.lake or profile.lake.root
+    if not root:
+        from kraft_replay.serve.cli import UserError
+
+        raise UserError(f"no lake root: pass --lake DIR (profile {profile.name!r} sets none)")
+    return Lake(root, None, backend="deltars", target_file_rows=profile.lake.target_file_rows)
+
+
 def add_json_option(p: argparse.ArgumentParser) -> None:
     """A job command's ``--json``: its summary printed by :func:`print_json`."""
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object (progress stays on stderr)")
