@@ -50,7 +50,7 @@ def test_files_into_bronze_with_quarantine_and_idempotent(spark, sample_lake, tm
     quorum = tmp_path / "quorum.txt"
     quorum.write_text("2026-11-24T10:00:00Z\nNodeId  LogEndOffset  Lag  LastFetchTimestamp  LastCaughtUpTimestamp  Status\n"
                       f"{b}  45  0  {T0 - 3}  {T0 - 3}  Leader\n")
-    s = ingest_metrics(spark, lake, [str(prom), str(csv), str(quorum)], cid)
+    s = ingest_metrics(lake, [str(prom), str(csv), str(quorum)], cid)
     assert (s.samples, s.quorum_rows, s.rejected) == (2, 1, {"UNPARSEABLE": 1, "UNKNOWN_BROKER": 1, "TIME_BACKWARDS": 1})
     from datetime import datetime, timezone
 
@@ -66,7 +66,7 @@ def test_files_into_bronze_with_quarantine_and_idempotent(spark, sample_lake, tm
     q = {(r.source.rsplit("/", 1)[-1], r.line, r.reason_code) for r in lake.read("metrics_quarantine").collect()}
     assert q == {("scrape-1.prom", 4, "UNPARSEABLE"), ("scrape-1.prom", 3, "UNKNOWN_BROKER"), ("more.csv", 3, "TIME_BACKWARDS")}
     before = {t: _rows(lake, t) for t in ("broker_progress", "quorum_replication", "metrics_quarantine")}
-    ingest_metrics(spark, lake, [str(tmp_path)], cid)  # the same files again, as a directory: nothing new
+    ingest_metrics(lake, [str(tmp_path)], cid)  # the same files again, as a directory: nothing new
     assert {t: _rows(lake, t) for t in before} == before
 
 
@@ -85,20 +85,70 @@ class _Exporter(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_follow_scrapes_a_live_endpoint(spark, lake) -> None:
+def test_follow_scrapes_a_live_endpoint(tmp_path: Path) -> None:
+    """Each scrape is appended and published by a lake opened driver only: no Spark job (any would fail)."""
+    from kraft_replay.lake import Lake
+
+    lake = Lake(str(tmp_path / "lake"), None, backend="deltars")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         lines: list[str] = []
-        s = ingest_metrics(spark, lake, [url], "live", broker_id=3, follow=True, interval=0.3, polls=3, say=lines.append)
+        s = ingest_metrics(lake, [url], "live", broker_id=3, follow=True, interval=0.3, polls=3, say=lines.append)
     finally:
         server.shutdown()
     assert s.polls == 3 and s.samples == 3 and not s.brokers_checked
-    rows = lake.read("broker_progress").orderBy("observed_at").collect()
-    assert [r.applied_offset for r in rows] == [101, 102, 103]
-    assert [r.broker_id for r in rows] == [3, 3, 3]
-    assert len({r.observed_at for r in rows}) == 3 and len(lines) == 3
+    rows = sorted(lake.read_arrow("broker_progress", ["broker_id", "observed_at", "applied_offset"]).to_pylist(),
+                  key=lambda r: r["observed_at"])
+    assert [r["applied_offset"] for r in rows] == [101, 102, 103]
+    assert [r["broker_id"] for r in rows] == [3, 3, 3]
+    assert len({r["observed_at"] for r in rows}) == 3 and len(lines) == 3
+    history = lake.history("broker_progress")
+    assert [h.get("kraft_replay.operation") for h in history[:3]] == ["MERGE"] * 3
+
+
+CAPTURE = """2026-11-24T10:00:00Z
+ClusterId:              {cid}
+LeaderId:               1
+LeaderEpoch:            3
+HighWatermark:          47
+MaxFollowerLag:         2
+MaxFollowerLagTimeMs:   120
+CurrentVoters:          [{{"id": 1, "directoryId": "J8aAPcfLQt2bqs1JT_rMgQ", "endpoints": ["CONTROLLER://kraft1:9093"]}}]
+CurrentObservers:       [{{"id": 2, "directoryId": "b4Ob3qsYR0uhHjPILuBLxA"}}]
+NodeId  DirectoryId             LogEndOffset    Lag     LastFetchTimestamp      LastCaughtUpTimestamp   Status
+1       J8aAPcfLQt2bqs1JT_rMgQ  48              0       1795514399990           1795514399990           Leader
+2       b4Ob3qsYR0uhHjPILuBLxA  46              2       1795514399871           1795514399500           Observer
+"""
+
+
+def test_a_status_and_replication_capture_without_format(tmp_path: Path) -> None:
+    """``describe --status`` and ``--replication`` of one capture, format detected: the replicas into
+    quorum_replication, the status block into quorum_status, nothing quarantined; again: nothing new."""
+    from kraft_replay.lake import Lake
+
+    cid = "MkU3OEVBNTcwNTJENDM2Qg"
+    f = tmp_path / "quorum-capture.txt"
+    f.write_text(CAPTURE.format(cid=cid))
+    lake = Lake(str(tmp_path / "lake"), None, backend="deltars")
+    s = ingest_metrics(lake, [str(f)], cid)
+    assert (s.quorum_rows, s.status_rows, s.rejected) == (2, 1, {})
+    assert sorted((r["node_id"], r["log_end_offset"], r["status"]) for r in
+                  lake.read_arrow("quorum_replication", ["node_id", "log_end_offset", "status"]).to_pylist()) == [
+        (1, 48, "Leader"), (2, 46, "Observer")]
+    (st,) = lake.read_arrow("quorum_status", lake.schema("quorum_status").fieldNames()).to_pylist()
+    assert (st["cluster_id"], st["reported_cluster_id"], st["leader_id"], st["leader_epoch"], st["high_watermark"],
+            st["max_follower_lag"], st["max_follower_lag_time_ms"]) == (cid, cid, 1, 3, 47, 2, 120)
+    assert st["current_voters"] == [{"id": 1, "directory_id": "J8aAPcfLQt2bqs1JT_rMgQ", "endpoints": ["CONTROLLER://kraft1:9093"]}]
+    assert st["current_observers"] == [{"id": 2, "directory_id": "b4Ob3qsYR0uhHjPILuBLxA", "endpoints": []}]
+    assert lake.read_arrow("metrics_quarantine", ["line"]).num_rows == 0
+    versions = lake.published_versions()
+    again = ingest_metrics(lake, [str(f)], cid)
+    assert (again.quorum_rows, again.status_rows) == (2, 1)
+    assert lake.read_arrow("quorum_status", ["leader_id"]).num_rows == 1
+    assert lake.read_arrow("quorum_replication", ["node_id"]).num_rows == 2
+    assert lake.published_versions()["quorum_status"] > versions["quorum_status"]  # merged: replaced, not added
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -133,7 +183,7 @@ def test_follow_rereads_a_growing_file_without_false_time_errors(spark, lake, tm
             st = f.stat()
             os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
 
-    s = ingest_metrics(spark, lake, [str(f)], "grow", broker_id=2, follow=True, interval=0.1, polls=3, say=say)
+    s = ingest_metrics(lake, [str(f)], "grow", broker_id=2, follow=True, interval=0.1, polls=3, say=say)
     assert (s.polls, s.samples, s.rejected) == (3, 2, {})  # poll 2 reads both lines again; poll 3: unchanged file
     assert [r.applied_offset for r in lake.read("broker_progress").orderBy("observed_at").collect()] == [5, 6]
     assert lines[2].startswith("  poll 3: 0 sample(s)")

@@ -121,6 +121,89 @@ def test_quorum_replication_captures() -> None:
     assert p.samples == []  # fetch positions never become applied-offset samples
 
 
+# `kafka-metadata-quorum describe --status` then `describe --replication` (one invocation each: the tool
+# takes one of the two), Kafka 3.9 on, as Kafka's operations guide prints the status block (the voter and
+# observer lists wrapped over several lines) and with the tool's padded replication table
+CAPTURE_39 = """2026-11-24T10:00:00Z
+ClusterId:              MkU3OEVBNTcwNTJENDM2Qg
+LeaderId:               3002
+LeaderEpoch:            2
+HighWatermark:          61
+MaxFollowerLag:         3
+MaxFollowerLagTimeMs:   -1
+CurrentVoters:          [{"id": 3000, "directoryId": "ILZ5MPTeRWakmJu99uBJCA", "endpoints": ["CONTROLLER://localhost:9093"]},
+                         {"id": 3001, "directoryId": "b-DwmhtOheTqZzPoh52kfA", "endpoints": ["CONTROLLER://localhost:9094"]},
+                         {"id": 3002, "directoryId": "g42deArWBTRM5A1yuVpMCg", "endpoints": ["CONTROLLER://localhost:9095"]}]
+CurrentObservers:       [{"id": 0, "directoryId": "3Db5QLSqSZieL3rJBUUegA"},
+                         {"id": 1, "directoryId": "UegA3Db5QLSqSZieL3rJBU"}]
+NodeId  DirectoryId             LogEndOffset    Lag     LastFetchTimestamp      LastCaughtUpTimestamp   Status
+3002    g42deArWBTRM5A1yuVpMCg  61              0       1795514399990           1795514399990           Leader
+3000    ILZ5MPTeRWakmJu99uBJCA  61              0       1795514399871           1795514399871           Follower
+3001    b-DwmhtOheTqZzPoh52kfA  58              3       1795514399500           1795514399100           Follower
+0       3Db5QLSqSZieL3rJBUUegA  60              1       1795514399950           1795514399950           Observer
+1       UegA3Db5QLSqSZieL3rJBU  61              0       1795514399960           1795514399960           Observer
+"""
+
+# before Kafka 3.9: no directory ids, the lists are ids; here the replication table comes first and the
+# status block (one line each, as the tool prints it) after it, the next capture without a time line
+CAPTURE_38 = """Tue Nov 24 10:00:05 UTC 2026
+NodeId  LogEndOffset    Lag     LastFetchTimestamp      LastCaughtUpTimestamp   Status
+1       880             0       1795514404990           1795514404990           Leader
+4       876             4       1795514404918           1795514404018           Observer
+ClusterId:              MkU3OEVBNTcwNTJENDM2Qg
+LeaderId:               1
+LeaderEpoch:            3
+HighWatermark:          877
+MaxFollowerLag:         0
+MaxFollowerLagTimeMs:   0
+CurrentVoters:          [1,2,3]
+CurrentObservers:       [4]
+"""
+
+
+def test_quorum_status_and_replication_blocks() -> None:
+    for text in (CAPTURE_39, CAPTURE_38):  # either block first is a quorum capture
+        assert M.detect_format(text, "capture.txt") == "quorum"
+    p = M.parse_quorum_text(CAPTURE_39 + CAPTURE_38, "capture.txt", 0, "MkU3OEVBNTcwNTJENDM2Qg")
+    assert p.rejects == [] and p.samples == []
+    assert [(r.observed_ms, r.node_id, r.directory_id, r.log_end_offset, r.lag, r.status) for r in p.quorum] == [
+        (T0, 3002, "g42deArWBTRM5A1yuVpMCg", 61, 0, "Leader"), (T0, 3000, "ILZ5MPTeRWakmJu99uBJCA", 61, 0, "Follower"),
+        (T0, 3001, "b-DwmhtOheTqZzPoh52kfA", 58, 3, "Follower"), (T0, 0, "3Db5QLSqSZieL3rJBUUegA", 60, 1, "Observer"),
+        (T0, 1, "UegA3Db5QLSqSZieL3rJBU", 61, 0, "Observer"),
+        (T0 + 5000, 1, None, 880, 0, "Leader"), (T0 + 5000, 4, None, 876, 4, "Observer")]
+    new, old = p.status
+    assert (new.observed_ms, new.reported_cluster_id, new.leader_id, new.leader_epoch, new.high_watermark,
+            new.max_follower_lag, new.max_follower_lag_time_ms, new.line) == (
+        T0, "MkU3OEVBNTcwNTJENDM2Qg", 3002, 2, 61, 3, None, 2)  # -1: not known
+    assert new.voters == ((3000, "ILZ5MPTeRWakmJu99uBJCA", ("CONTROLLER://localhost:9093",)),
+                          (3001, "b-DwmhtOheTqZzPoh52kfA", ("CONTROLLER://localhost:9094",)),
+                          (3002, "g42deArWBTRM5A1yuVpMCg", ("CONTROLLER://localhost:9095",)))
+    assert new.observers == ((0, "3Db5QLSqSZieL3rJBUUegA", ()), (1, "UegA3Db5QLSqSZieL3rJBU", ()))
+    assert (old.observed_ms, old.leader_id, old.high_watermark, old.max_follower_lag_time_ms, old.voters, old.observers) == (
+        T0 + 5000, 1, 877, 0, ((1, None, ()), (2, None, ()), (3, None, ())), ((4, None, ()),))
+    rows = M.status_table("c1", p.status).to_pylist()
+    assert rows[0]["current_voters"][2] == {"id": 3002, "directory_id": "g42deArWBTRM5A1yuVpMCg",
+                                            "endpoints": ["CONTROLLER://localhost:9095"]}
+    assert rows[1]["current_observers"] == [{"id": 4, "directory_id": None, "endpoints": []}]
+    # the same text through the format's dispatch: nothing quarantined (before: 8 status lines were)
+    q = M.parse(CAPTURE_39, "capture.txt", "quorum", cluster_id="MkU3OEVBNTcwNTJENDM2Qg", observed_ms=0)
+    assert (len(q.quorum), len(q.status), q.rejects) == (5, 1, [])
+
+
+def test_quorum_status_bad_blocks_are_quarantined() -> None:
+    text = ("2026-11-24T10:00:00Z\nClusterId: OtherCluster0000000000A\nLeaderId: 1\nLeaderEpoch: 3\nHighWatermark: 9\n"
+            "2026-11-24T10:00:01Z\nLeaderId: 1\nLeaderEpoch: 3\nHighWatermark: nine\n"
+            "2026-11-24T10:00:02Z\nLeaderId: 1\nLeaderEpoch: 3\nHighWatermark: 9\nCurrentVoters: [1,2,\n"
+            "2026-11-24T10:00:03Z\nClusterId: C\nLeaderId: 1\nHighWatermark: 9\n"
+            "2026-11-24T10:00:04Z\nLeaderId: 2\nLeaderEpoch: 4\nHighWatermark: -1\nCurrentVoters: [{\"id\": 1}]\n"
+            "LeaderId: 3\nLeaderEpoch: 5\nHighWatermark: 7\n")
+    p = M.parse_quorum_text(text, "s.txt", 0, "C")
+    assert [(r.line, r.reason_code) for r in p.rejects] == [
+        (2, "OTHER_CLUSTER"), (9, "BAD_VALUE"), (14, "BAD_VALUE"), (16, "UNPARSEABLE"), (24, "DUPLICATE_SAMPLE")]
+    assert [(s.observed_ms, s.leader_id, s.high_watermark, s.voters, s.observers) for s in p.status] == [
+        (T0 + 4000, 2, None, ((1, None, ()),), None)]  # HighWatermark -1: not known; no observers line
+
+
 def test_checks_unknown_broker_time_backwards_duplicates() -> None:
     s = [M.Sample(1, T0, 5, None, "a", 1), M.Sample(9, T0, 5, None, "a", 2), M.Sample(1, T0 - 1, 4, None, "a", 3),
          M.Sample(1, T0, 5, None, "a", 4), M.Sample(1, T0, 6, None, "a", 5), M.Sample(1, T0 - 1, 4, None, "b", 1),

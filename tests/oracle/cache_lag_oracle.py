@@ -1,5 +1,6 @@
 """A plain sequential ``cache_lag`` (lib/kraft_replay/outcomes/cache_lag.py's rules, written again from
-docs/design.md): per sample, the log end at its time, both lags, the stall, the registration at the
+docs/design.md): per sample, the log end at its time (the committed end where a quorum capture says
+it), both lags, the stall, the registration at the
 log end and the partitions with a leader-affecting version (created, deleted, new leader or leader epoch)
 between the applied offset and the log end, partition by partition."""
 
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta
 
 
 def sample_lag(samples: list[dict], batches: list[dict], brokers: list[dict], partitions: list[dict],
-               stall_after_s: float = 2.0) -> list[dict]:
+               stall_after_s: float = 2.0, status: list[dict] | None = None) -> list[dict]:
     for p in partitions:
         p["_key"] = (p["cluster_id"], p["topic_id"], p["partition_id"])
     out = []
@@ -30,12 +31,20 @@ def sample_lag(samples: list[dict], batches: list[dict], brokers: list[dict], pa
                 since = t
             prev = a
             end = max([b["batch_last_offset"] for b in bs if b["append_time"] <= t], default=-1)
+            # the committed end where a quorum capture (a known high watermark) is at or before t: its
+            # high watermark - 1, or the log's end if batches appended since the capture moved it on
+            caps = [q for q in status or [] if q["cluster_id"] == cid and q["high_watermark"] is not None
+                    and q["observed_at"] <= t]
+            if caps:
+                q = max(caps, key=lambda q: q["observed_at"])
+                at_capture = max([b["batch_last_offset"] for b in bs if b["append_time"] <= q["observed_at"]], default=-1)
+                end = max(q["high_watermark"] - 1, end) if end > at_capture else q["high_watermark"] - 1
             nxt = [b for b in bs if b["batch_last_offset"] > a]
             first = min(nxt, key=lambda b: b["batch_last_offset"]) if nxt else None
-            time_lag = 0
-            if first is not None and first["append_time"] <= t:
-                time_lag = math.floor((t - first["append_time"]) / timedelta(milliseconds=1))
             lag = max(end - a, 0)
+            time_lag = 0
+            if lag > 0 and first is not None and first["append_time"] <= t:
+                time_lag = math.floor((t - first["append_time"]) / timedelta(milliseconds=1))
             reg = [v for v in brokers if v["cluster_id"] == cid and v["broker_id"] == bid and v["valid_from_offset"] <= end
                    and (v["valid_to_offset"] is None or end < v["valid_to_offset"])]
             registered = bool(reg) and not reg[0]["deleted"]

@@ -38,6 +38,41 @@ def test_sample_lag_equals_the_oracle(spark, lake) -> None:
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_the_committed_end_of_quorum_captures_equals_the_oracle(spark, lake) -> None:
+    """``quorum_status`` captures (a high watermark) make the end the committed end: a capture whose
+    high watermark is below the log's end then (an uncommitted tail), one above it (the ingested log
+    behind the cluster), one with an unknown high watermark; samples before, at and after them."""
+    from datetime import timedelta
+
+    progress, batches, brokers, partitions = _inputs(lake)
+    b = sorted(batches.select("cluster_id", "append_time", "batch_last_offset").collect(), key=lambda r: r.append_time)
+    cid = b[0].cluster_id
+    ts = sorted(r.observed_at for r in progress.where(F.col("cluster_id") == cid).select("observed_at").distinct().collect())
+    t1, t2, t3 = ts[len(ts) // 4], ts[len(ts) // 2], ts[3 * len(ts) // 4]
+
+    def end_at(t):  # noqa: ANN001, ANN202
+        return max([r.batch_last_offset for r in b if r.append_time <= t], default=-1)
+
+    # the samples of the minutes around the captures (the oracle walks every batch per sample)
+    near = None
+    for t in (t1, t2, t3):
+        c = F.col("observed_at").between(t - timedelta(seconds=30), t + timedelta(seconds=30))
+        near = c if near is None else near | c
+    progress = progress.where((F.col("cluster_id") == cid) & near).localCheckpoint()
+    rows = [(cid, t1, end_at(t1) - 20), (cid, t2, end_at(t2) + 1000), (cid, t3 + timedelta(milliseconds=1), None)]
+    status = spark.createDataFrame(rows, "cluster_id string, observed_at timestamp, high_watermark long")
+    got = sample_lag(progress, batches, brokers, partitions, status=status)
+    data = [[r.asDict() for r in df.collect()] for df in (progress, batches, brokers, partitions, status)]
+    exp = cache_lag_oracle.sample_lag(*[list(map(dict, d)) for d in data[:4]], status=data[4])
+    want = spark.createDataFrame([tuple(r[c] for c in got.columns) for r in exp], got.schema)
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+    # the captures exercise both ways the committed end differs from the log's end, and nothing before them
+    plain = {(r["broker_id"], r["observed_at"]): r["log_end_offset"] for r in cache_lag_oracle.sample_lag(*data[:4])}
+    moved = [(r["log_end_offset"], plain[(r["broker_id"], r["observed_at"])], r["observed_at"]) for r in exp]
+    assert any(e < p for e, p, _ in moved) and any(e > p for e, p, _ in moved)  # a tail not counted; the log behind
+    assert all(e == p for e, p, t in moved if t < t1)
+
+
 def test_buckets_aggregate_the_samples(spark, lake) -> None:
     progress, batches, brokers, partitions = _inputs(lake)
     samples = sample_lag(progress, batches, brokers, partitions).localCheckpoint()

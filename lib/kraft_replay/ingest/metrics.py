@@ -14,10 +14,15 @@ log time. This module reads them from what users have:
 * **CSV** (header row) or **JSON lines** with the bronze columns ``broker_id``, ``observed_at``,
   ``applied_offset``, ``applied_record_time`` (``cluster_id`` optional);
 * the text of ``kafka-metadata-quorum describe --replication`` (``NodeId [DirectoryId] LogEndOffset
-  Lag LastFetchTimestamp LastCaughtUpTimestamp Status``), one table per capture, each optionally
-  preceded by a line holding its capture time. That is the **fetch position** of each replica of
-  the metadata log, not the applied image: it goes to ``quorum_replication``, never mixed with
-  ``broker_progress``.
+  Lag LastFetchTimestamp LastCaughtUpTimestamp Status``) and ``describe --status`` (``ClusterId:``,
+  ``LeaderId:``, ``LeaderEpoch:``, ``HighWatermark:``, ``MaxFollowerLag:``, ``MaxFollowerLagTimeMs:``,
+  ``CurrentVoters:``, ``CurrentObservers:``; the voter and observer lists are ids before Kafka 3.9,
+  ``[1,2,3]``, and JSON objects from 3.9 on, ``[{"id": 1, "directoryId": "...", "endpoints":
+  ["CONTROLLER://host:9093"]}, ...]``, which may run over several lines), the two blocks in either
+  order, each capture optionally preceded by a line holding its capture time. The replication table
+  is the **fetch position** of each replica of the metadata log, not the applied image: it goes to
+  ``quorum_replication``, never mixed with ``broker_progress``; the status block goes to
+  ``quorum_status`` (its ``HighWatermark`` is the committed end of the log, which ``cache_lag`` uses).
 
 Nothing is dropped silently: a line that does not parse, a sample of a broker the cluster never
 registered, a sample whose time is before the previous one of the same broker in the same source,
@@ -41,11 +46,11 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from kraft_replay.ingest.schemas import (
-    BROKER_PROGRESS_SCHEMA, METRICS_QUARANTINE_SCHEMA, QUORUM_REPLICATION_SCHEMA, TIMESTAMP,
+    BROKER_PROGRESS_SCHEMA, METRICS_QUARANTINE_SCHEMA, QUORUM_REPLICATION_SCHEMA, QUORUM_STATUS_SCHEMA, TIMESTAMP,
 )
 
 __all__ = [
-    "DEFAULT_METRICS", "BROKER_LABELS", "FORMATS", "MetricNames", "Sample", "QuorumRow", "Reject", "Parsed",
+    "DEFAULT_METRICS", "BROKER_LABELS", "FORMATS", "MetricNames", "Sample", "QuorumRow", "QuorumStatus", "Reject", "Parsed",
     "detect_format", "parse", "parse_prometheus_text", "parse_query_range", "parse_csv", "parse_jsonl",
     "parse_quorum_text", "check_samples", "parse_time", "metric_names", "iso",
 ]
@@ -114,6 +119,24 @@ class QuorumRow:
 
 
 @dataclass(frozen=True)
+class QuorumStatus:
+    """One ``describe --status`` block (times in ms; None where the tool printed -1 or left a line out).
+    Voters and observers: ``(id, directory id, endpoints)`` each (directory id and endpoints from 3.9)."""
+
+    observed_ms: int
+    reported_cluster_id: str | None
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int | None
+    max_follower_lag: int | None
+    max_follower_lag_time_ms: int | None
+    voters: tuple[tuple[int, str | None, tuple[str, ...]], ...]
+    observers: tuple[tuple[int, str | None, tuple[str, ...]], ...] | None
+    source: str
+    line: int
+
+
+@dataclass(frozen=True)
 class Reject:
     """A line (or sample) not taken, with why."""
 
@@ -129,11 +152,13 @@ class Parsed:
     samples: list[Sample] = field(default_factory=list)
     quorum: list[QuorumRow] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
+    status: list[QuorumStatus] = field(default_factory=list)
 
     def extend(self, other: "Parsed") -> None:
         self.samples.extend(other.samples)
         self.quorum.extend(other.quorum)
         self.rejects.extend(other.rejects)
+        self.status.extend(other.status)
 
 
 # ---------------------------------------------------------------------------------------- times
@@ -196,8 +221,8 @@ def detect_format(text: str, name: str = "") -> str:
         t = line.strip()
         if not t:
             continue
-        if re.match(r"NodeId\s+", t):
-            return "quorum"
+        if re.match(r"NodeId\s+", t) or _STATUS_LINE.match(t):
+            return "quorum"  # either block of a kafka-metadata-quorum capture
         if t.startswith("#"):
             return "prometheus"
         if "," in t and "broker_id" in t and "{" not in t:
@@ -448,18 +473,132 @@ def _quorum_time(text: str, observed_ms: int) -> tuple[bool, int | None]:
     return False, None
 
 
-def parse_quorum_text(text: str, source: str, default_ms: int) -> Parsed:
-    """The replicas of ``kafka-metadata-quorum describe --replication`` captures. A line that is a
-    time (ISO 8601, ``date`` output, epoch s/ms) gives the capture time of the tables after it;
-    otherwise ``default_ms`` (the file's modification time)."""
+#: the keys of a ``describe --status`` block, in the order Kafka prints them
+STATUS_KEYS = ("ClusterId", "LeaderId", "LeaderEpoch", "HighWatermark", "MaxFollowerLag", "MaxFollowerLagTimeMs",
+               "CurrentVoters", "CurrentObservers")
+_STATUS_LINE = re.compile(r"^(" + "|".join(STATUS_KEYS) + r"):\s*(.*)$")
+_STATUS_NEEDS = ("LeaderId", "LeaderEpoch", "HighWatermark")
+
+
+def _replicas(value: str) -> tuple[tuple[int, str | None, tuple[str, ...]], ...] | None:
+    """``CurrentVoters`` / ``CurrentObservers``: ``[1,2,3]`` (before Kafka 3.9) or a JSON list of
+    ``{"id", "directoryId", "endpoints"}`` objects (3.9 on); None when it is neither."""
+    try:
+        items = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(items, list):
+        return None
+    out = []
+    for it in items:
+        if isinstance(it, int) and not isinstance(it, bool):
+            out.append((it, None, ()))
+        elif isinstance(it, dict) and isinstance(it.get("id"), int):
+            d = it.get("directoryId")
+            eps = it.get("endpoints") or []
+            if (d is not None and not isinstance(d, str)) or not isinstance(eps, list) or not all(isinstance(e, str) for e in eps):
+                return None
+            out.append((it["id"], d, tuple(eps)))
+        else:
+            return None
+    return tuple(out)
+
+
+class _StatusBlock:
+    """The lines of one ``describe --status`` block, gathered until the block ends."""
+
+    def __init__(self, observed: int, line: int) -> None:
+        self.observed, self.line = observed, line
+        self.values: dict[str, str] = {}
+        self.lines: dict[str, int] = {}
+        self.open: str | None = None   # a voter / observer list still running over the next lines
+
+    def add(self, key: str, value: str, line: int) -> None:
+        self.values[key], self.lines[key] = value, line
+        self.open = key if key in ("CurrentVoters", "CurrentObservers") and _replicas(value) is None else None
+
+    def cont(self, text: str) -> bool:
+        """Take ``text`` as the next line of an open voter / observer list (Kafka's docs print them
+        wrapped, one voter object per line)."""
+        if self.open is None or not text.startswith("{"):
+            return False
+        self.values[self.open] += " " + text
+        if _replicas(self.values[self.open]) is not None:
+            self.open = None
+        return True
+
+    def finish(self, source: str, cluster_id: str | None, out: Parsed) -> None:
+        v = self.values
+        missing = [k for k in _STATUS_NEEDS if k not in v]
+        if missing:
+            out.rejects.append(Reject(source, self.line, "UNPARSEABLE", f"a --status block without {', '.join(missing)}",
+                                      " ".join(f"{k}: {x}" for k, x in v.items())[:500]))
+            return
+        reported = v.get("ClusterId") or None
+        if cluster_id is not None and reported is not None and reported != cluster_id:
+            out.rejects.append(Reject(source, self.lines["ClusterId"], "OTHER_CLUSTER",
+                                      f"the capture's ClusterId {reported} is not {cluster_id}", f"ClusterId: {reported}"))
+            return
+        nums: dict[str, int | None] = {}
+        for k in ("LeaderId", "LeaderEpoch", "HighWatermark", "MaxFollowerLag", "MaxFollowerLagTimeMs"):
+            if k not in v:
+                nums[k] = None
+                continue
+            try:
+                nums[k] = int(v[k])
+            except ValueError:
+                out.rejects.append(Reject(source, self.lines[k], "BAD_VALUE", f"{k} {v[k]!r} is not an integer", f"{k}: {v[k]}"[:500]))
+                return
+        lists = {}
+        for k in ("CurrentVoters", "CurrentObservers"):
+            lists[k] = None if k not in v else _replicas(v[k])
+            if k in v and lists[k] is None:
+                out.rejects.append(Reject(source, self.lines[k], "BAD_VALUE", f"{k} is neither a list of ids nor of "
+                                          "voter objects", f"{k}: {v[k]}"[:500]))
+                return
+        unknown = lambda x: None if x is None or x < 0 else x  # noqa: E731 - the tool prints -1 for unknown
+        out.status.append(QuorumStatus(self.observed, reported, nums["LeaderId"], nums["LeaderEpoch"],
+                                       unknown(nums["HighWatermark"]), nums["MaxFollowerLag"],
+                                       unknown(nums["MaxFollowerLagTimeMs"]), lists["CurrentVoters"] or (),
+                                       lists["CurrentObservers"], source, self.line))
+
+
+def parse_quorum_text(text: str, source: str, default_ms: int, cluster_id: str | None = None) -> Parsed:
+    """The ``kafka-metadata-quorum describe --replication`` tables (replicas: ``quorum_replication``)
+    and ``describe --status`` blocks (``quorum_status``) of captures, in any order. A line that is a
+    time (ISO 8601, ``date`` output, epoch s/ms) gives the capture time of the blocks after it;
+    otherwise ``default_ms`` (the file's modification time). A status block naming another
+    ``ClusterId`` than ``cluster_id`` is ``OTHER_CLUSTER``; a second, different row of a replica (or
+    status block) at one capture time of the source is ``DUPLICATE_SAMPLE`` (an identical one is the
+    same row)."""
     out = Parsed()
     observed = default_ms
     header: list[str] | None = None
+    status: _StatusBlock | None = None
+    seen: dict[tuple, object] = {}
+
+    def end_status() -> None:
+        nonlocal status
+        if status is not None:
+            status.finish(source, cluster_id, out)
+            status = None
+
     lines = text.splitlines()
     for i, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line:
             continue
+        m = _STATUS_LINE.match(line)
+        if m:
+            header = None
+            if status is None or m.group(1) in status.values:  # a new block
+                end_status()
+                status = _StatusBlock(observed, i)
+            status.add(m.group(1), m.group(2).strip(), i)
+            continue
+        if status is not None and status.cont(line):
+            continue
+        end_status()
         if re.match(r"NodeId\s", line):
             header = line.split()
             if not {"LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"} <= set(header):
@@ -487,9 +626,32 @@ def parse_quorum_text(text: str, source: str, default_ms: int) -> Parsed:
         if not (ok1 and ok2):
             out.rejects.append(Reject(source, i, "BAD_VALUE", "LastFetchTimestamp / LastCaughtUpTimestamp is not a time", raw[:500]))
             continue
-        out.quorum.append(QuorumRow(observed, node, cells.get("DirectoryId"), leo, lag, fetch, caught,
-                                    cells["Status"], source, i))
+        row = QuorumRow(observed, node, cells.get("DirectoryId"), leo, lag, fetch, caught, cells["Status"], source, i)
+        same = seen.get(("r", observed, node))
+        if same is not None:
+            if same != (row.directory_id, leo, lag, fetch, caught, row.status):
+                out.rejects.append(Reject(source, i, "DUPLICATE_SAMPLE", f"node {node}: a second, different replica row "
+                                          f"at {iso(observed)}", raw[:500]))
+            continue
+        seen[("r", observed, node)] = (row.directory_id, leo, lag, fetch, caught, row.status)
+        out.quorum.append(row)
+    end_status()
+    # one status row per capture time (the table's key): a second, different block at one time is a duplicate
+    kept: dict[int, QuorumStatus] = {}
+    for st in out.status:
+        first = kept.get(st.observed_ms)
+        if first is None:
+            kept[st.observed_ms] = st
+        elif _status_values(first) != _status_values(st):
+            out.rejects.append(Reject(source, st.line, "DUPLICATE_SAMPLE",
+                                      f"a second, different --status block at {iso(st.observed_ms)}", ""))
+    out.status = list(kept.values())
     return out
+
+
+def _status_values(st: QuorumStatus) -> tuple:
+    return (st.reported_cluster_id, st.leader_id, st.leader_epoch, st.high_watermark, st.max_follower_lag,
+            st.max_follower_lag_time_ms, st.voters, st.observers)
 
 
 def _split_quorum_row(line: str, header: list[str]) -> dict[str, str] | None:
@@ -528,7 +690,7 @@ def parse(text: str, source: str, fmt: str, *, cluster_id: str, observed_ms: int
     if fmt == "jsonl":
         return parse_jsonl(text, source, cluster_id)
     if fmt == "quorum":
-        return parse_quorum_text(text, source, observed_ms)
+        return parse_quorum_text(text, source, observed_ms, cluster_id)
     raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
 
 
@@ -611,6 +773,26 @@ def quorum_table(cluster_id: str, rows: Sequence[QuorumRow]) -> pa.Table:
         pa.array([r.status for r in rows], pa.string()),
         pa.array([r.source for r in rows], pa.string()),
     ], schema=QUORUM_REPLICATION_SCHEMA)
+
+
+def _replica_list(items: tuple | None) -> list[dict] | None:
+    return None if items is None else [{"id": i, "directory_id": d, "endpoints": list(e)} for i, d, e in items]
+
+
+def status_table(cluster_id: str, rows: Sequence[QuorumStatus]) -> pa.Table:
+    return pa.Table.from_arrays([
+        pa.array([cluster_id] * len(rows), pa.string()),
+        _ts([r.observed_ms for r in rows]),
+        pa.array([r.reported_cluster_id for r in rows], pa.string()),
+        pa.array([r.leader_id for r in rows], pa.int32()),
+        pa.array([r.leader_epoch for r in rows], pa.int64()),
+        pa.array([r.high_watermark for r in rows], pa.int64()),
+        pa.array([r.max_follower_lag for r in rows], pa.int64()),
+        pa.array([r.max_follower_lag_time_ms for r in rows], pa.int64()),
+        pa.array([_replica_list(r.voters) for r in rows], QUORUM_STATUS_SCHEMA.field("current_voters").type),
+        pa.array([_replica_list(r.observers) for r in rows], QUORUM_STATUS_SCHEMA.field("current_observers").type),
+        pa.array([r.source for r in rows], pa.string()),
+    ], schema=QUORUM_STATUS_SCHEMA)
 
 
 def rejects_table(cluster_id: str, rejects: Sequence[Reject], ingested_ms: int) -> pa.Table:

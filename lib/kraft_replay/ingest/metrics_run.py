@@ -1,11 +1,14 @@
 """``kraft-replay ingest-metrics``: metric files and live endpoints into ``broker_progress``,
-``quorum_replication`` and ``metrics_quarantine`` (parsing in :mod:`kraft_replay.ingest.metrics`).
+``quorum_replication``, ``quorum_status`` and ``metrics_quarantine`` (parsing in
+:mod:`kraft_replay.ingest.metrics`).
 
-Every poll is one run of the lake (``Lake.start_run`` … ``Lake.publish``): its rows become visible
-together or not at all, and a killed run is rolled back by the next. Rows are merged on their keys
-(``broker_progress``: cluster, broker, observed time; ``quorum_replication``: cluster, observed
-time, node; ``metrics_quarantine``: cluster, source, line, reason), so ingesting a file twice adds
-nothing. Sample times come from the samples (Prometheus timestamps, query_range points, the CSV/JSON
+No Spark job: the lake is read and written on the driver (delta-rs, pyarrow). Every poll is one run
+of the lake (``Lake.start_run`` … ``Lake.publish``): its rows become visible together or not at
+all, and a killed run is rolled back by the next. Rows are merged on their keys
+(``Lake.merge_arrow``; ``broker_progress``: cluster, broker, observed time; ``quorum_replication``:
+cluster, observed time, node; ``quorum_status``: cluster, observed time; ``metrics_quarantine``:
+cluster, source, line, reason), so ingesting a file twice adds nothing; a live scrape's new samples
+touch no file already written (an append). Sample times come from the samples (Prometheus timestamps, query_range points, the CSV/JSON
 columns, a capture-time line before a quorum table), else from the scrape: a file's modification
 time, an endpoint's fetch time.
 """
@@ -28,7 +31,7 @@ from kraft_replay.codec.schema import RECORD_TYPES_BY_NAME
 from kraft_replay.ingest import metrics as M
 from kraft_replay.ingest.errors import IngestError
 from kraft_replay.ingest.schemas import METRICS_TABLES
-from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, arrow_df, ensure_bronze_tables
+from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
 
 __all__ = ["MetricsSummary", "resolve_sources", "known_brokers", "ingest_metrics", "read_source"]
 
@@ -41,6 +44,7 @@ class MetricsSummary:
     polls: int = 0
     samples: int = 0
     quorum_rows: int = 0
+    status_rows: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     brokers_checked: bool = True
     published: dict[str, int] = field(default_factory=dict)
@@ -48,7 +52,7 @@ class MetricsSummary:
     def lines(self) -> list[str]:
         rej = sum(self.rejected.values())
         out = [f"ingest-metrics {self.cluster_id}: {self.polls} poll(s), {self.samples} broker_progress sample(s), "
-               f"{self.quorum_rows} quorum_replication row(s), {rej} quarantined"
+               f"{self.quorum_rows} quorum_replication row(s), {self.status_rows} quorum_status row(s), {rej} quarantined"
                + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())) + ")" if rej else "")]
         if not self.brokers_checked:
             out.append("  broker ids not checked: the lake holds no broker registration of this cluster (ingest its log first)")
@@ -99,32 +103,37 @@ def read_source(src: str, timeout: float = 10.0) -> tuple[str, int]:
 
 
 def known_brokers(lake, cluster_id: str) -> set[int] | None:  # noqa: ANN001 - kraft_replay.lake.Lake
-    """Broker ids registered in the cluster's bronze log or snapshots; None if it has none."""
-    from pyspark.sql import functions as F
+    """Broker ids registered in the cluster's bronze log or snapshots; None if it has none (read on the
+    driver: the cluster's partition, the registration rows)."""
+    import pyarrow.compute as pc
 
     ids: set[int] = set()
     for t in ("metadata_log", "snapshot_records"):
-        if not lake.exists(t):
+        if not lake.exists(t) or "register_broker" not in lake.schema(t).fieldNames():
             continue
-        df = lake.read(t)
-        if "register_broker" not in df.columns:
-            continue
-        rows = (df.where((F.col("cluster_id") == cluster_id) & (F.col("api_key") == REGISTER_BROKER))
-                .select(F.col("register_broker.broker_id").alias("b")).distinct().collect())
-        ids.update(int(r.b) for r in rows if r.b is not None)
+        rows = lake.read_arrow(t, ["register_broker"], partitions=[("cluster_id", "=", cluster_id)],
+                               filter=pc.field("api_key") == REGISTER_BROKER)
+        ids.update(b for b in pc.struct_field(rows.column("register_broker"), "broker_id").to_pylist() if b is not None)
     return ids or None
 
 
-def _write(spark, lake, tables: dict[str, pa.Table], run_id: str) -> dict[str, int]:  # noqa: ANN001
-    """One run: merge each non-empty table on its keys, then publish all three together."""
+def lake_clusters(lake) -> list[str]:  # noqa: ANN001 - kraft_replay.lake.Lake
+    """The cluster ids of the lake's ``metadata_log`` (none when it has none): its partitions."""
+    if not lake.exists("metadata_log"):
+        return []
+    return sorted({p["cluster_id"] for p in lake.partitions("metadata_log") if p.get("cluster_id") is not None})
+
+
+def _write(lake, tables: dict[str, pa.Table], run_id: str) -> dict[str, int]:  # noqa: ANN001
+    """One run: merge each non-empty table on its keys (on the driver), then publish them all together."""
     names = list(METRICS_TABLES)
     lake.start_run(run_id, names)
     try:
         for name, tab in tables.items():
             if tab.num_rows == 0:
                 continue
-            schema, keys = METRICS_TABLES[name]
-            lake.merge(name, arrow_df(spark, tab, schema), keys)
+            _schema, keys = METRICS_TABLES[name]
+            lake.merge_arrow(name, tab, keys)
         return lake.publish(names, run_id)
     except BaseException:
         lake.end_run()
@@ -136,13 +145,14 @@ def _series(source: str) -> str:
     return source.rsplit("@", 1)[0] if source.startswith(("http://", "https://")) else source
 
 
-def ingest_metrics(spark, lake, sources: list[str], cluster_id: str, *, fmt: str | None = None,  # noqa: ANN001
+def ingest_metrics(lake, sources: list[str], cluster_id: str, *, fmt: str | None = None,  # noqa: ANN001
                    names: M.MetricNames = M.MetricNames(), broker_id: int | None = None, follow: bool = False,
                    interval: float = 1.0, polls: int | None = None, say: Callable[[str], None] = lambda s: None,
                    ) -> MetricsSummary:
     """Read ``sources`` (files, directories, globs, ``http(s)://`` endpoints) once, or with
     ``follow`` every ``interval`` seconds (endpoints scraped again, files re-read when their
-    modification time changes) until interrupted or ``polls`` polls. Returns the summary."""
+    modification time changes) until interrupted or ``polls`` polls. Returns the summary. ``lake``
+    may be opened driver only (``Lake(root, None)``): no Spark is used."""
     if fmt is not None and fmt not in M.FORMATS:
         raise IngestError(f"ingest-metrics: unknown --format {fmt!r}: one of {', '.join(M.FORMATS)}")
     if interval <= 0:
@@ -186,20 +196,25 @@ def ingest_metrics(spark, lake, sources: list[str], cluster_id: str, *, fmt: str
         sent.update(("r", r.source, r.line, r.reason_code) for r in rejects)
         parsed.quorum = [q for q in parsed.quorum if ("q", q.source, q.observed_ms, q.node_id) not in sent]
         sent.update(("q", q.source, q.observed_ms, q.node_id) for q in parsed.quorum)
+        parsed.status = [q for q in parsed.status if ("s", q.source, q.observed_ms) not in sent]
+        sent.update(("s", q.source, q.observed_ms) for q in parsed.status)
         n += 1
-        if kept or parsed.quorum or rejects:
+        if kept or parsed.quorum or parsed.status or rejects:
             now = int(time.time() * 1000)
             tables = {"broker_progress": M.samples_table(cluster_id, kept),
                       "quorum_replication": M.quorum_table(cluster_id, parsed.quorum),
+                      "quorum_status": M.status_table(cluster_id, parsed.status),
                       "metrics_quarantine": M.rejects_table(cluster_id, rejects, now)}
-            summary.published = _write(spark, lake, tables, f"metrics-{uuid.uuid4().hex[:12]}")
+            summary.published = _write(lake, tables, f"metrics-{uuid.uuid4().hex[:12]}")
         summary.polls = n
         summary.samples += len(kept)
         summary.quorum_rows += len(parsed.quorum)
+        summary.status_rows += len(parsed.status)
         for r in rejects:
             summary.rejected[r.reason_code] = summary.rejected.get(r.reason_code, 0) + 1
         if follow:
-            say(f"  poll {n}: {len(kept)} sample(s), {len(parsed.quorum)} quorum row(s), {len(rejects)} quarantined")
+            say(f"  poll {n}: {len(kept)} sample(s), {len(parsed.quorum) + len(parsed.status)} quorum row(s), "
+                f"{len(rejects)} quarantined")
         if not follow or (polls is not None and n >= polls):
             return summary
         time.sleep(max(0.0, interval - (time.monotonic() - started)))

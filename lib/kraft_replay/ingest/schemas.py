@@ -32,6 +32,7 @@ __all__ = [
     "FILES_SCHEMA",
     "BROKER_PROGRESS_SCHEMA",
     "QUORUM_REPLICATION_SCHEMA",
+    "QUORUM_STATUS_SCHEMA",
     "METRICS_QUARANTINE_SCHEMA",
     "METRICS_TABLES",
     "BRONZE_SCHEMAS",
@@ -168,6 +169,28 @@ QUORUM_REPLICATION_SCHEMA = pa.schema([
     pa.field("source", pa.string()),
 ])
 
+_REPLICA = pa.struct([
+    pa.field("id", pa.int32()),
+    pa.field("directory_id", pa.string()),          # Kafka 3.9 on (KIP-853)
+    pa.field("endpoints", pa.list_(pa.string())),   # Kafka 3.9 on, voters: "CONTROLLER://host:port"
+])
+
+#: ``kafka-metadata-quorum describe --status`` captures: the quorum as the leader reported it. Null
+#: where the tool printed -1 (unknown) or the capture lacks the line.
+QUORUM_STATUS_SCHEMA = pa.schema([
+    pa.field("cluster_id", pa.string()),
+    pa.field("observed_at", TIMESTAMP),
+    pa.field("reported_cluster_id", pa.string()),    # ClusterId as printed
+    pa.field("leader_id", pa.int32()),
+    pa.field("leader_epoch", pa.int64()),
+    pa.field("high_watermark", pa.int64()),          # the committed end: offsets below it are committed
+    pa.field("max_follower_lag", pa.int64()),
+    pa.field("max_follower_lag_time_ms", pa.int64()),
+    pa.field("current_voters", pa.list_(_REPLICA)),
+    pa.field("current_observers", pa.list_(_REPLICA)),
+    pa.field("source", pa.string()),
+])
+
 #: Metric lines and samples not taken by ``ingest-metrics``, with the reason.
 METRICS_QUARANTINE_SCHEMA = pa.schema([
     pa.field("cluster_id", pa.string()),
@@ -183,6 +206,7 @@ METRICS_QUARANTINE_SCHEMA = pa.schema([
 METRICS_TABLES: dict[str, tuple[pa.Schema, list[str]]] = {
     "broker_progress": (BROKER_PROGRESS_SCHEMA, ["cluster_id", "broker_id", "observed_at"]),
     "quorum_replication": (QUORUM_REPLICATION_SCHEMA, ["cluster_id", "observed_at", "node_id"]),
+    "quorum_status": (QUORUM_STATUS_SCHEMA, ["cluster_id", "observed_at"]),
     "metrics_quarantine": (METRICS_QUARANTINE_SCHEMA, ["cluster_id", "source", "line", "reason_code"]),
 }
 

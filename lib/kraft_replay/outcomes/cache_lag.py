@@ -4,11 +4,15 @@ model, seed 002: brokers pull the log and hold a cache at their own offset; fact
 Per sample of bronze ``broker_progress`` (:func:`sample_lag`):
 
 * ``log_end_offset``: the end of the replayed log at the sample's time — the largest last offset of
-  a log batch appended at or before it (``log_batches``; control batches count, §5.1);
+  a log batch appended at or before it (``log_batches``; control batches count, §5.1) —, or, where
+  the cluster's quorum was captured (bronze ``quorum_status``, :func:`committed_end`), the
+  **committed** end: brokers apply only records below the leader's high watermark (§5.1), so the
+  batches a capture showed at or past it are not counted as lag;
 * ``offset_lag`` = ``log_end_offset`` − ``applied_offset`` (never below 0: a broker may be ahead of
   the ingested log);
 * ``time_lag_ms``: the sample's time minus the append time of the oldest record the broker had not
-  applied (the batch holding ``applied_offset + 1``); 0 when it had applied everything appended by then;
+  applied (the batch holding ``applied_offset + 1``); 0 when it had applied everything appended by then
+  (or everything committed: no offset lag);
 * ``stalled``: it lags and its applied offset has not moved for ``stall_after_s`` seconds or more;
 * ``registered`` / ``fenced``: its registration in the image at ``log_end_offset`` (``brokers``);
 * ``image_divergence``: its exposure to stale-leader routing — how many partitions' leader or leader
@@ -33,7 +37,8 @@ from pyspark.sql import functions as F
 from kraft_replay.outcomes.lookups import _VAL, OFFSETS, _as_of, count_changes, log_end_at
 from kraft_replay.replay.broker_applied import BY_BROKER
 
-__all__ = ["sample_lag", "cache_lag", "write_cache_lag", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS", "STALL_AFTER_S", "BUCKET_OFFSETS"]
+__all__ = ["sample_lag", "cache_lag", "write_cache_lag", "committed_end", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS",
+           "STALL_AFTER_S", "BUCKET_OFFSETS"]
 
 STALL_AFTER_S = 2.0  # metadata normally applies within milliseconds: seconds without progress while lagging is a stall
 BUCKET_OFFSETS = 4096
@@ -89,10 +94,32 @@ def _registration(samples: DataFrame, brokers: DataFrame) -> DataFrame:
                     F.when(~F.col("deleted"), F.col("fenced")).alias("fenced"))
 
 
+def committed_end(samples: DataFrame, status: DataFrame, batches: DataFrame) -> DataFrame:
+    """Facts §5.1 (only records below the high watermark are replayed): ``samples`` (with the log's
+    ``log_end_offset`` at their ``observed_at``) with ``log_end_offset`` the committed end where a
+    ``quorum_status`` capture of the cluster with a known ``high_watermark`` H is at or before the
+    sample (the latest such, at ``t_q``): H - 1 — the capture's committed end, also where the ingested
+    log is behind it —, raised to the log's end at the sample if batches appended after the capture
+    moved it past the log's end at ``t_q`` (no capture says yet whether they are committed). Without
+    such a capture the log's end stays."""
+    st = status.where(F.col("high_watermark").isNotNull()).select("cluster_id", "observed_at", "high_watermark")
+    st = log_end_at(st, batches, "observed_at", out="_q_end")
+    f = st.select("cluster_id", _us(F.col("observed_at")).alias("_tq"),
+                  F.struct(F.col("high_watermark").alias("h"), F.col("_q_end").alias("e")).alias(_VAL))
+    j = _as_of(samples, f, ["cluster_id"], _us(F.col("observed_at")), "_tq")
+    v, end = F.col(_VAL), F.col("log_end_offset")
+    committed = F.greatest(v.h - 1, F.when(end > v.e, end))
+    return j.select(*[c for c in samples.columns if c != "log_end_offset"],
+                    F.when(v.isNull(), end).otherwise(committed).cast("long").alias("log_end_offset"))
+
+
 def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, partitions: DataFrame,
-               stall_after_s: float = STALL_AFTER_S, bucket_offsets: int = BUCKET_OFFSETS) -> DataFrame:
+               stall_after_s: float = STALL_AFTER_S, bucket_offsets: int = BUCKET_OFFSETS,
+               status: DataFrame | None = None) -> DataFrame:
     """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
-    the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions."""
+    the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions;
+    ``status``: bronze ``quorum_status`` (its high watermarks make the end the committed end:
+    :func:`committed_end`)."""
     s = progress.select(*_KEY, "observed_at", "applied_offset").dropDuplicates([*_KEY, "observed_at"])
     w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
     moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
@@ -101,10 +128,13 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
                  F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"),
                  F.xxhash64(*_KEY, "observed_at").alias("_sid"))
     # joins keyed by the sample id first: the sort-merge joins' prefix then tells samples apart
-    s = log_end_at(s, batches, "observed_at").join(_next_unapplied(s, batches), ["_sid", "cluster_id"])
+    ends = log_end_at(s, batches, "observed_at")
+    if status is not None:
+        ends = committed_end(ends, status, batches)
+    s = ends.join(_next_unapplied(s, batches), ["_sid", "cluster_id"])
     offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
     obs = _us(F.col("observed_at"))
-    time_lag = F.when(F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),
+    time_lag = F.when((offset_lag > 0) & F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),
                       F.floor((obs - F.col("_next_us")) / 1000)).otherwise(F.lit(0)).cast("long")
     stalled = (offset_lag > 0) & ((obs - _us(F.col("applied_since"))) >= F.lit(int(stall_after_s * 1_000_000)))
     s = s.select(*_KEY, "_sid", "observed_at", "applied_offset", "applied_since", "log_end_offset",
@@ -159,7 +189,8 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     if lake.exists(CACHE_LAG) and progress.isEmpty() and lake.read(CACHE_LAG, where=where).isEmpty():
         say(f"  {CACHE_LAG}: no metric samples of {', '.join(clusters)}: nothing to write")
         return 0
-    samples = sample_lag(progress, batches, brokers, partitions)
+    status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
+    samples = sample_lag(progress, batches, brokers, partitions, status=status)
     out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")

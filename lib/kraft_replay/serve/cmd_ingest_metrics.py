@@ -1,6 +1,7 @@
 """``kraft-replay ingest-metrics FILE|URL... --lake DIR [--cluster-id C] [--follow --interval 1s]``:
 broker metric samples (Prometheus text or query_range JSON, CSV, JSON lines) and
-``kafka-metadata-quorum describe --replication`` captures into bronze tables (facts §9).
+``kafka-metadata-quorum describe --status`` / ``--replication`` captures into bronze tables (facts §9),
+without Spark (:mod:`kraft_replay.ingest.metrics_run`).
 
 Exit 0 with a summary (unparseable lines, unknown brokers and samples going back in time are
 quarantined in ``metrics_quarantine`` and counted, not errors); exit 2 with one line on bad input
@@ -39,11 +40,12 @@ def _interval(text: str) -> float:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ingest-metrics",
-        help="ingest brokers' last-applied-record-offset samples and quorum --replication captures",
+        help="ingest brokers' last-applied-record-offset samples and quorum --status / --replication captures",
         description="Read the broker-metadata-metrics last-applied-record-offset / -timestamp samples (Prometheus "
                     "text exposition from a JMX exporter, a Prometheus query_range JSON result, CSV or JSON lines "
                     "with the broker_progress columns) into broker_progress, and kafka-metadata-quorum describe "
-                    "--replication captures (fetch positions, not applied images) into quorum_replication. "
+                    "--replication captures (fetch positions, not applied images) into quorum_replication and "
+                    "describe --status captures (leader, epoch, high watermark, voters) into quorum_status. "
                     "Bad lines are quarantined in metrics_quarantine with source, line and reason.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -71,11 +73,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _cluster_id(lake, given: str | None) -> str:  # noqa: ANN001
     from kraft_replay.ingest.errors import IngestError
+    from kraft_replay.ingest.metrics_run import lake_clusters
 
     if given:
         return given
-    ids = sorted(r.cluster_id for r in lake.read("metadata_log").select("cluster_id").distinct().collect()) \
-        if lake.exists("metadata_log") else []
+    ids = lake_clusters(lake)
     if len(ids) == 1:
         return ids[0]
     if not ids:
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from kraft_replay.ingest import metrics as M
     from kraft_replay.ingest.errors import IngestError
     from kraft_replay.ingest.metrics_run import MetricsSummary, ingest_metrics, resolve_sources
-    from kraft_replay.serve.common import open_lake
+    from kraft_replay.serve.common import open_lake_driver
 
     try:
         names = M.metric_names(args.metric_map, args.broker_label)
@@ -95,15 +97,15 @@ def run(args: argparse.Namespace) -> int:
         raise IngestError(str(e)) from e
     if args.polls is not None and args.polls < 1:
         raise IngestError(f"--polls must be >= 1, got {args.polls}")
-    resolve_sources(list(args.sources))  # bad paths fail here, before Spark starts
-    spark, lake = open_lake(args)
+    resolve_sources(list(args.sources))  # bad paths fail here, before the lake is opened
+    lake = open_lake_driver(args)  # no Spark job: parsing and the merge run on this process
     cluster = _cluster_id(lake, args.cluster_id)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        summary = ingest_metrics(spark, lake, list(args.sources), cluster, fmt=args.fmt, names=names,
+        summary = ingest_metrics(lake, list(args.sources), cluster, fmt=args.fmt, names=names,
                                  broker_id=args.broker_id, follow=args.follow, interval=args.interval,
                                  polls=args.polls, say=say)
     except KeyboardInterrupt:
