@@ -55,6 +55,25 @@ def _batches(path: Path) -> list[tuple[int, int, int]]:
     return out
 
 
+def write_batch(part: Path, handles: dict, seg: Path, s: int, e: int, last: int, snaps: list, written: list) -> None:
+    """Append bytes ``[s, e)`` of segment ``seg`` (one batch) to its namesake in the live partition dir
+    ``part`` and flush; note ``(last offset, now)`` in ``written``; then rename into place the snapshots
+    of ``snaps`` ((end offset, path), in order) the log has reached, as Kafka does."""
+    fh = handles.get(seg)
+    if fh is None:
+        fh = handles[seg] = open(part / seg.name, "ab")  # noqa: SIM115 - the caller closes handles
+    with open(seg, "rb") as r:
+        r.seek(s)
+        fh.write(r.read(e - s))
+    fh.flush()
+    written.append((last, time.time()))
+    while snaps and snaps[0][0] <= last + 1:
+        _end, snap = snaps.pop(0)
+        tmp = part / (snap.name + ".part")
+        shutil.copy(snap, tmp)
+        os.rename(tmp, part / snap.name)  # Kafka renames a finished snapshot into place
+
+
 def _segments(scenario: str, data_dir: Path) -> Path:
     out = data_dir / f"segments-{scenario}"
     if not (out / "__cluster_metadata-0").is_dir():
@@ -159,19 +178,7 @@ def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, full: bool) ->
         for i, (seg, s, e, last) in enumerate(plan):
             target = t0 + i * gap
             time.sleep(max(0.0, target - time.time()))
-            fh = handles.get(seg)
-            if fh is None:
-                fh = handles[seg] = open(part / seg.name, "ab")
-            with open(seg, "rb") as r:
-                r.seek(s)
-                fh.write(r.read(e - s))
-            fh.flush()
-            written.append((last, time.time()))
-            while snaps and snaps[0][0] <= last + 1:
-                _end, snap = snaps.pop(0)
-                tmp = part / (snap.name + ".part")
-                shutil.copy(snap, tmp)
-                os.rename(tmp, part / snap.name)  # Kafka renames a finished snapshot into place
+            write_batch(part, handles, seg, s, e, last, snaps, written)
             if not started_stream and (lake / "metadata_log").is_dir() and (lake / "_published").is_dir():
                 procs.append(subprocess.Popen([*_cli(), "replay", "--lake", str(lake), "--mode", "stream",
                                                "--trigger", str(args.interval), *(["--full"] if full else [])],
