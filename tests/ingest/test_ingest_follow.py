@@ -30,7 +30,7 @@ from kraft_replay.serve.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "samples" / "node1"
-ROW_TABLES = ("metadata_log", "metadata_control", "snapshot_records", "ingest_quarantine")
+ROW_TABLES = ("metadata_log", "metadata_control", "snapshot_records", "ingest_quarantine", "ingest_quarantine_raw")
 NOT_COMPARED = ("ingested_at", "run_id", "updated_at")  # when each run wrote; everything else must be equal
 
 
@@ -219,6 +219,25 @@ def test_live_rows_equal_batch_ingest_rows(spark, node_dir, tmp_path, monkeypatc
         assert files["ingest_files"] < first.runs + rest.runs and files["metadata_log"] < first.runs + rest.runs, files
     batch = Lake(str(tmp_path / "batch"), spark, backend="deltars")
     run_ingest(spark, batch, [str(src)], say=_quiet)
+    _assert_same_rows(lake, batch)
+
+
+def test_a_damaged_prefix_is_quarantined_with_its_bytes_apart(spark, tmp_path) -> None:
+    """A segment whose first bytes are not a batch (zeroed by a crash, say): the live ingest quarantines
+    ``[0, data_start)`` as batch ingest does, the row in ``ingest_quarantine`` and its bytes in
+    ``ingest_quarantine_raw``, and takes the batches after it."""
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live)
+    seg = sorted((live / "__cluster_metadata-0").glob("*.log"))[0]
+    seg.write_bytes(b"\x07" * 40 + seg.read_bytes())
+    lake = _driver_lake(tmp_path / "lake")
+    follow(lake, [str(live)], interval=0.01, polls=3, say=_quiet)
+    q = lake.read_arrow("ingest_quarantine", ["source_file", "source_position", "length", "reason_code"])
+    assert q.to_pylist() == [{"source_file": seg.name, "source_position": 0, "length": 40, "reason_code": "CORRUPT_PREFIX"}]
+    assert "raw" not in lake.columns("ingest_quarantine")
+    assert lake.read_arrow("ingest_quarantine_raw", ["raw"]).column("raw").to_pylist() == [b"\x07" * 40]
+    batch = Lake(str(tmp_path / "batch"), spark, backend="deltars")
+    run_ingest(spark, batch, [str(live)], say=_quiet)
     _assert_same_rows(lake, batch)
 
 

@@ -85,7 +85,7 @@ def has_legacy_raw(lake) -> bool:  # noqa: ANN001 - a Lake
     """Whether ``ingest_quarantine`` as readers see it (its published version) still holds the quarantined
     bytes in its :data:`LEGACY_RAW_COLUMN` (a lake made before ``ingest_quarantine_raw``; ``kraft-replay
     redact`` moves them)."""
-    return lake.exists(INGEST_QUARANTINE) and LEGACY_RAW_COLUMN in lake.read(INGEST_QUARANTINE).columns
+    return lake.exists(INGEST_QUARANTINE) and LEGACY_RAW_COLUMN in lake.columns(INGEST_QUARANTINE)
 
 
 def ensure_bronze_tables(lake, tables: Iterable[BronzeTable] | None = None) -> None:  # noqa: ANN001 - a Lake

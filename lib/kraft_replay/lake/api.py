@@ -133,6 +133,14 @@ class Lake:
     def schema(self, name: str) -> StructType:
         return self._impl.schema(_valid_name(name))
 
+    def columns(self, name: str) -> list[str]:
+        """The column names of ``name`` as readers see it (its published version, else its latest);
+        the embedded backend takes them from the Delta log (no Spark: a driver-only lake answers too)."""
+        name = _valid_name(name)
+        if self.backend == "deltars":
+            return [f.name for f in self._impl.snapshot(name, self.published_version(name)).table.schema().fields]
+        return self.read(name).columns
+
     def version(self, name: str) -> int:
         """The newest commit of ``name`` (for a published table this may be past what readers see:
         see :meth:`published_version`)."""
