@@ -1,19 +1,21 @@
 """Replay benchmark: the generator's scenario (bronze tables) replayed into every silver table with
-Spark, and the sequential oracle producing the same tables from the same rows, in the same run.
+Spark, and the sequential replay (``kraft_replay.replay.sequential``, the peer) producing the same
+tables from the same rows, in the same run.
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/replay.py [--scenario medium] [--cut 1000000]
-        [--no-oracle] [--driver-memory 8g] [--data-dir DIR] [--copy-files]
+        [--no-sequential] [--driver-memory 8g] [--data-dir DIR] [--copy-files]
 
-The Spark replay runs in a child process (its JVM is gone before the oracle runs: at 10M records the
-oracle's own tables take most of the machine's memory; it writes its closed versions to Arrow files
-along the way, ``SPILL_ROWS``, or they would not fit in 24 GiB). The scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
+The Spark replay runs in a child process (its JVM is gone before the sequential replay runs: at 10M
+records the sequential replay's own tables take most of the machine's memory; it writes its closed
+versions to Arrow files along the way, ``SPILL_ROWS``, or they would not fit in 24 GiB). The
+scenario's bronze tables are generated once (``kraft-replay generate``) into a lake cached in
 ``--data-dir`` and copied for each run: rewritten with Spark (partitioned by cluster), or with
 ``--copy-files`` their files copied as generated (also partitioned by offset bucket; ~20 min less
 at 100M). ``--cut N`` replays only offsets < N. Prints Spark wall time (plan + every silver
 table computed and written to a fresh lake, as ``kraft-replay replay`` does), records/s, peak RSS of
-the process tree (driver JVM + Python workers, sampled from /proc), the oracle's wall time on the
-same rows and the ratio. Speed is measured here, never asserted in tests. Issue 10's targets: ≥ 5×
-the oracle at 10M records; 100M records (``large``) in < 10 min with peak RSS < 8 GiB.
+the process tree (driver JVM + Python workers, sampled from /proc), the sequential replay's wall time
+on the same rows and the ratio. Speed is measured here, never asserted in tests. Targets (issue 49):
+10M in <= 90 s and >= 10x the sequential replay; 100M records (``large``) in < 10 min with peak RSS < 8 GiB.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def bronze_lake(data_dir: Path, scenario: str) -> Path:
 
 def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
     """Copy the (cut) bronze tables into ``out_root`` and replay them there with Spark; returns the
-    figures. Runs in a child process so that its JVM is gone before the oracle runs."""
+    figures. Runs in a child process so that its JVM is gone before the sequential replay runs."""
     from pyspark.sql import functions as F
 
     from kraft_replay.lake import Lake
@@ -205,8 +207,8 @@ def child_result(cmd: list[str]) -> dict | None:
     return result
 
 
-# the oracle's closed versions go to an Arrow file every this many version dicts of a table: at 10M
-# records its versions as Python dicts alone would not fit in 24 GiB (tests/oracle/replay_oracle.py)
+# the sequential replay's closed versions go to an Arrow file every this many version dicts of a table: at
+# 10M records its versions as Python dicts alone would not fit in 24 GiB (kraft_replay.replay.sequential)
 SPILL_ROWS = 500_000
 
 
@@ -214,7 +216,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="medium")
     ap.add_argument("--cut", type=int, default=None, help="replay only offsets < N")
-    ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--no-sequential", action="store_true", help="skip the sequential replay (the peer)")
     ap.add_argument("--profile", default="local")
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "kraft-replay-bench-replay")
@@ -241,19 +243,19 @@ def main() -> int:
               f"(anonymous memory alone: {result['rss_anon'] / 2**30:.2f} GiB)")
         print("  at the peak: " + ", ".join(f"{role} {r / 2**30:.2f} GiB ({a / 2**30:.2f} anonymous)"
                                            for role, r, a in sorted(result["at_peak"], key=lambda x: -x[1])))
-        if not args.no_oracle:
-            sys.path.insert(0, str(ROOT / "tests" / "oracle"))
+        if not args.no_sequential:
             from deltalake import DeltaTable
-            from replay_oracle import replay
+
+            from kraft_replay.replay.sequential import replay
 
             tabs = [DeltaTable(str(out_root / t)).to_pyarrow_table()
                     for t in ("metadata_log", "metadata_control", "snapshot_records")]
             with PeakRss() as rss:
                 t = time.perf_counter()
                 replay(*tabs, spill_rows=SPILL_ROWS)
-                oracle_s = time.perf_counter() - t
-            print(f"oracle: {oracle_s:.1f}s, {records / oracle_s:,.0f} records/s, peak RSS {rss.peak / 2**30:.2f} GiB; "
-                  f"spark is {oracle_s / spark_s:.2f}x the oracle")
+                sequential_s = time.perf_counter() - t
+            print(f"sequential: {sequential_s:.1f}s, {records / sequential_s:,.0f} records/s, peak RSS {rss.peak / 2**30:.2f} GiB; "
+                  f"spark is {sequential_s / spark_s:.2f}x the sequential replay")
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     return 0

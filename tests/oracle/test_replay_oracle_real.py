@@ -60,7 +60,7 @@ def _snapshot(control: pa.Table, snaps: pa.Table, end: int) -> tuple[pa.Table, p
 
 
 @cache
-def _full(directory: str, prefix: str):  # noqa: ANN202 - an OracleResult
+def _full(directory: str, prefix: str):  # noqa: ANN202 - a SequentialResult
     log, control, _ = _decode_dir(directory, prefix)
     return replay(log, _log_only(control))
 

@@ -1,7 +1,7 @@
 """Hand-built bronze logs, one cluster each, for the Spark replay's rule and differential tests: each
 scenario states one rule of kafka-kraft-facts §3-§6 / the silver contract (docs/design.md). All of
 them are replayed together (one Spark run, one cluster per scenario) and compared with the
-sequential oracle (tests/oracle/replay_oracle.py) table by table."""
+sequential replay (kraft_replay.replay.sequential) table by table."""
 
 from __future__ import annotations
 

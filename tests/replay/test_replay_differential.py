@@ -1,4 +1,4 @@
-"""The Spark replay equals the sequential oracle (tests/oracle/replay_oracle.py), table by table and row
+"""The Spark replay equals the sequential replay (kraft_replay.replay.sequential), table by table and row
 by row in each table's sort key — on the hand-built scenarios (tests/replay/replay_scenarios.py, one
 cluster each) and on every real Kafka file in ../shared/reference/real-kraft/ — and Kafka's own
 snapshots are ground truth: the Spark image replayed from a real log to a snapshot's END − 1 equals
