@@ -288,7 +288,7 @@ SILVER_TABLES: dict[str, SilverTable] = {t.name: t for t in _TABLES}
 #: columns and fields, snake_case as in the domain's table), ``dropped`` (seed 001: what the snapshot
 #: written at ``metadata_version_level`` leaves out of the entity, ``field`` null = all of it; empty when
 #: nothing — after a lossy downgrade, the new level's snapshot is ``entity`` less ``dropped``). Written by the batch replay with the
-#: silver tables; not compared with the oracle table by table (it is derived from the versioned
+#: silver tables; not compared with the sequential replay table by table (it is derived from the versioned
 #: tables, see tests/replay/test_image_snapshots.py).
 IMAGE_SNAPSHOTS = "image_snapshots"
 IMAGE_SNAPSHOTS_SCHEMA = pa.schema([
