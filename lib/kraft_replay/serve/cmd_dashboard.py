@@ -1,8 +1,9 @@
 """``kraft-replay dashboard [--port N] [--host H] [--auth FILE | --no-auth] [--refresh SECONDS]``: serve the
 live cache-lag dashboard of a lake (:mod:`kraft_replay.serve.dashboard`) until interrupted. No Spark: the
 page reads the tables with delta-rs at the versions readers see, and re-reads a table only when a new
-version is published. On a non-loopback ``--host`` it needs ``--auth FILE`` (HTTP basic auth) or
-``--no-auth`` (:mod:`kraft_replay.serve.auth`).
+version is published. ``/metrics`` serves each broker's newest cache lag as Prometheus gauges
+(:mod:`kraft_replay.serve.prometheus`, docs/alerts.md). On a non-loopback ``--host`` it needs
+``--auth FILE`` (HTTP basic auth, /metrics included) or ``--no-auth`` (:mod:`kraft_replay.serve.auth`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ EPILOG = """examples:
   kraft-replay dashboard --lake ./lake --host 0.0.0.0 --auth users.txt   # other machines, with a login
   python -m kraft_replay.serve.auth alice >> users.txt                   # a user of users.txt
   (keep `kraft-replay replay --mode stream` running on the same lake for live data)
+  curl http://127.0.0.1:8050/metrics                          # per-broker cache lag for Prometheus (docs/alerts.md)
 """
 
 

@@ -160,10 +160,14 @@ OUTPUTS: dict[str, Output] = {
 
 def create_app(lake_root: str, refresh_ms: int = 3000) -> dash.Dash:
     """The dashboard of the lake at ``lake_root``, polling every ``refresh_ms`` milliseconds (the timer
-    waits while a tick runs, so ticks never overlap). The lake root stays on the server: the registered
-    callback passes it to :func:`refresh`."""
+    waits while a tick runs, so ticks never overlap), and ``/metrics`` for Prometheus
+    (:mod:`kraft_replay.serve.prometheus`). The lake root stays on the server: the registered callback
+    passes it to :func:`refresh`."""
+    from kraft_replay.serve.prometheus import install_metrics
+
     app = dash.Dash(__name__, title="kraft-replay dashboard", update_title=None)
     app.layout = layout(lake_root, refresh_ms)
+    install_metrics(app.server, reader_for(lake_root))  # /metrics: the newest cache lag per broker, for Prometheus
 
     def refresh_page(n_intervals: int | None, cluster: str | None, brokers: list[int] | None, start: str | None,
                      end: str | None, shown: str | None) -> dict[str, Any]:

@@ -1,0 +1,146 @@
+"""``/metrics`` on the dashboard's server: each broker's metadata cache as Prometheus gauges, so the
+alerting people already run (Prometheus, Alertmanager, Grafana) can page on stale caches.
+
+The figures are those of each (cluster, broker)'s newest ``cache_lag`` bucket, read through the
+dashboard's :class:`~kraft_replay.lake.reader.LakeReader` (the published version, read again only
+when it changes; no Spark), in Prometheus's text exposition format (``prometheus_client``):
+
+- ``kraft_replay_broker_applied_offset``, ``kraft_replay_broker_log_end_offset`` and
+  ``kraft_replay_broker_offset_lag`` (log end − applied, ≥ 0) of the bucket's last sample;
+- ``kraft_replay_broker_time_lag_ms``: the bucket's largest time lag (facts §9.1: sample time − append
+  time of the oldest record not applied);
+- ``kraft_replay_broker_image_divergence``: partitions whose leader or leader epoch in the broker's
+  cache are not the log end's; ``kraft_replay_broker_stalled``: 1 when a sample lagged with no progress
+  for 2 s or more;
+- ``kraft_replay_broker_bucket_timestamp_seconds``: when that bucket starts;
+- per cluster, ``kraft_replay_newest_data_timestamp_seconds`` and ``kraft_replay_newest_data_age_seconds``
+  (now − the newest bucket's start): the age of what the gauges say.
+
+Labels ``cluster`` and ``broker``. A lake without ``cache_lag`` yet answers with no broker gauges;
+``kraft_replay_cache_lag_readable`` is 0 when the table cannot be read (the reason on the server's log).
+docs/alerts.md has sample alert rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import pandas as pd
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from kraft_replay.lake.reader import LakeReader
+
+__all__ = ["BROKER_GAUGES", "CacheLagCollector", "install_metrics", "metrics_text"]
+
+log = logging.getLogger(__name__)
+
+CACHE_LAG = "cache_lag"
+_COLUMNS = ["cluster_id", "broker_id", "bucket_start", "applied_offset", "log_end_offset", "time_lag_ms_max",
+            "image_divergence", "stalled"]
+
+#: gauge name -> (help text, how its value comes from a newest-bucket row)
+BROKER_GAUGES: dict[str, tuple[str, Callable[[pd.Series], float]]] = {
+    "kraft_replay_broker_applied_offset": (
+        "Offset the broker's metadata cache has applied (its newest cache_lag bucket's last sample)",
+        lambda r: r["applied_offset"]),
+    "kraft_replay_broker_log_end_offset": (
+        "Metadata log end offset at the broker's last sample (the committed end where known)",
+        lambda r: r["log_end_offset"]),
+    "kraft_replay_broker_offset_lag": (
+        "Offsets the broker's metadata cache is behind the log end (last sample, >= 0)",
+        lambda r: max(0, r["log_end_offset"] - r["applied_offset"])),
+    "kraft_replay_broker_time_lag_ms": (
+        "Largest time lag of the broker's newest bucket: sample time minus the append time of the oldest record not applied",
+        lambda r: r["time_lag_ms_max"]),
+    "kraft_replay_broker_image_divergence": (
+        "Partitions whose leader or leader epoch in the broker's cache are not the log end's",
+        lambda r: r["image_divergence"]),
+    "kraft_replay_broker_stalled": (
+        "1 when a sample of the newest bucket lagged with no progress for 2 s or more",
+        lambda r: 1.0 if bool(r["stalled"]) else 0.0),
+    "kraft_replay_broker_bucket_timestamp_seconds": (
+        "Start of the broker's newest cache_lag bucket (Unix seconds)",
+        lambda r: r["bucket_start"].timestamp()),
+}
+
+
+def _newest_buckets(reader: LakeReader) -> pd.DataFrame | None:
+    """The newest ``cache_lag`` row of each (cluster, broker), ``bucket_start`` as UTC; None when the
+    table does not exist."""
+    table = reader.read(CACHE_LAG, _COLUMNS)
+    if table is None:
+        return None
+    df = table.to_pandas()
+    for c in _COLUMNS:  # a table written before a column existed: that gauge is left out
+        if c not in df.columns:
+            df[c] = None
+    if df.empty:
+        return df
+    df["bucket_start"] = pd.to_datetime(df["bucket_start"], utc=True)
+    newest = df.sort_values("bucket_start").groupby(["cluster_id", "broker_id"]).tail(1)
+    return newest.sort_values(["cluster_id", "broker_id"])
+
+
+class CacheLagCollector(Collector):
+    """The gauges of the module docstring, computed at each scrape from the lake's published
+    ``cache_lag`` (``now``: the clock, for the data's age)."""
+
+    def __init__(self, reader: LakeReader, now: Callable[[], float] = time.time) -> None:
+        self.reader = reader
+        self.now = now
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        readable = GaugeMetricFamily("kraft_replay_cache_lag_readable",
+                                     "1 when the lake's cache_lag table could be read at this scrape (0: see the server's log)")
+        try:
+            newest = _newest_buckets(self.reader)
+        except Exception as exc:  # noqa: BLE001 - a scrape answers; the reason goes to the log
+            log.warning("/metrics: cannot read %s of %s: %s", CACHE_LAG, self.reader.root, str(exc).splitlines()[0])
+            readable.add_metric([], 0.0)
+            yield readable
+            return
+        readable.add_metric([], 1.0)
+        yield readable
+        if newest is None or newest.empty:
+            return
+        for name, (help_text, value) in BROKER_GAUGES.items():
+            g = GaugeMetricFamily(name, help_text, labels=["cluster", "broker"])
+            for _, row in newest.iterrows():
+                try:
+                    v = float(value(row))
+                except (TypeError, ValueError):  # a null figure (or a column the table lacks): no sample
+                    continue
+                g.add_metric([str(row["cluster_id"]), str(int(row["broker_id"]))], v)
+            yield g
+        ts = GaugeMetricFamily("kraft_replay_newest_data_timestamp_seconds",
+                               "Start of the cluster's newest cache_lag bucket (Unix seconds)", labels=["cluster"])
+        age = GaugeMetricFamily("kraft_replay_newest_data_age_seconds",
+                                "Seconds since the start of the cluster's newest cache_lag bucket", labels=["cluster"])
+        now = self.now()
+        for cluster, rows in newest.groupby("cluster_id", sort=True):
+            newest_ts = rows["bucket_start"].max().timestamp()
+            ts.add_metric([str(cluster)], newest_ts)
+            age.add_metric([str(cluster)], max(0.0, now - newest_ts))
+        yield ts
+        yield age
+
+
+def metrics_text(reader: LakeReader, now: Callable[[], float] = time.time) -> bytes:
+    """The ``/metrics`` page of the lake ``reader`` reads, in the text exposition format (served as 0.0.4,
+    which every Prometheus reads)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CacheLagCollector(reader, now))
+    return generate_latest(registry)
+
+
+def install_metrics(server, reader: LakeReader) -> None:  # noqa: ANN001 - a Flask app
+    """Serve :func:`metrics_text` at ``/metrics`` on ``server`` (behind its basic auth when installed)."""
+    from flask import Response
+
+    @server.route("/metrics")
+    def _metrics():  # noqa: ANN202
+        return Response(metrics_text(reader), 200, {"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
