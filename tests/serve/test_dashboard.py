@@ -355,6 +355,31 @@ def test_refresh_shows_the_first_cluster_with_versions(full_lake):
     assert result["start_placeholder"] == "2025-03-01T00:00:00Z" and result["end_placeholder"] == "2025-03-01T00:00:39Z"
 
 
+def _strip(result: dict) -> list[list[str]]:
+    """The cells of the "now" strip's rows, top to bottom."""
+    table = result["now"].children[1]
+    return [[td.children for td in tr.children] for tr in table.children[1].children]
+
+
+def test_refresh_opens_with_the_now_strip_worst_first(full_lake, tmp_path):
+    """Each broker of the shown cluster as of its newest bucket, the one to look at first on top (by
+    time lag here: 160, 90, 20 ms), and a stalled broker above every other; the status line says how
+    old the newest data is."""
+    result = refresh(0, None, None, None, None, str(full_lake))
+    last = BUCKETS - 1  # the rows of cache_lag_rows at the newest bucket: offset lag (39 b) % 17, ...
+    assert _strip(result) == [[f"broker {b}", str((last * b) % 17), f"{10 * ((last * b) % 23)} ms", str((last + b) % 5),
+                               "no", "2025-03-01 00:00:39"] for b in (1, 2, 3)]
+    assert re.search(r"newest data \d+ d \d+ h old", result["status"]), result["status"]
+    assert [r[0] for r in _strip(refresh(0, C2, None, None, None, str(full_lake)))] == ["broker 7", "broker 8"]  # 200, 130 ms
+    lake = tmp_path / "lake"
+    shutil.copytree(full_lake, lake)
+    stalled = cache_lag_rows(C1, [3], BUCKETS, 1)
+    i = stalled.schema.get_field_index("stalled")
+    write(lake, "cache_lag", stalled.set_column(i, stalled.schema.field(i), pa.array([True])))
+    assert [r[0] for r in _strip(refresh(0, C1, None, None, None, str(lake)))] == ["broker 3", "broker 1", "broker 2"]
+    assert _strip(refresh(0, C1, None, None, None, str(lake)))[0][4] == "STALLED"
+
+
 def test_refresh_filters_by_cluster_broker_and_time(full_lake):
     root = str(full_lake)
     other = refresh(0, C2, None, None, None, root)
@@ -426,7 +451,7 @@ def test_refresh_reads_only_new_table_versions(tmp_path, full_lake):
 def test_create_app_registers_the_refresh_callback(full_lake):
     app = create_app(str(full_lake), refresh_ms=1500)
     ids = {c.id for c in app.layout._traverse() if getattr(c, "id", None)}  # noqa: SLF001 - dash's own walk
-    assert set(charts.CHARTS) | {"cluster", "brokers", "start", "end", "status", "tick"} <= ids
+    assert set(charts.CHARTS) | {"cluster", "brokers", "start", "end", "status", "now", "tick"} <= ids
     assert next(c for c in app.layout._traverse() if getattr(c, "id", None) == "tick").interval == 1500  # noqa: SLF001
     (outputs,) = app.callback_map
     assert all(f"{chart_id}.figure" in outputs for chart_id in charts.CHARTS) and "status.children" in outputs

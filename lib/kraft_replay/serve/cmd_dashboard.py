@@ -97,6 +97,6 @@ def register(sub) -> None:
                    help="require HTTP basic auth: FILE holds name:scrypt:... lines (python -m kraft_replay.serve.auth NAME)")
     p.add_argument("--no-auth", action="store_true",
                    help="serve a non-loopback --host without authentication (anyone reaching the port sees the tables)")
-    p.add_argument("--refresh", type=float, default=3.0, metavar="SECONDS",
-                   help="how often the page polls the lake (default 3)")
+    p.add_argument("--refresh", type=float, default=1.0, metavar="SECONDS",
+                   help="how often the page polls the lake (default 1: on call, seconds matter)")
     p.set_defaults(func=_run)

@@ -20,6 +20,7 @@ from deltalake.exceptions import DeltaError
 
 from kraft_replay.lake.reader import LakeReader
 from kraft_replay.serve.charts import CHARTS, TABLE_COLUMNS, Frames, chart_figures, load_frames
+from kraft_replay.serve.now import newest_buckets, worst_first
 
 NO_DATA = "no data yet — run kraft-replay replay/outcomes on this lake"
 _TIME_HINT = "use ISO-8601 UTC, e.g. 2025-03-01T00:05:00Z"
@@ -56,8 +57,50 @@ def status_line(frames: Frames, now: datetime) -> str:
         parts.append(f"not written yet: {', '.join(missing)}")
     if frames.first_time is not None and frames.last_time is not None:
         parts.append(f"data {frames.first_time:%Y-%m-%d %H:%M:%S} – {frames.last_time:%Y-%m-%d %H:%M:%S} UTC")
+        age = (pd.Timestamp(now).tz_convert("UTC").tz_localize(None) - pd.Timestamp(frames.last_time)).total_seconds()
+        parts.append(f"newest data {_age(age)} old")
     parts.append(refreshed)
     return " · ".join(parts)
+
+
+def _age(seconds: float) -> str:
+    """``seconds`` as the page says an age: 4 s, 12 min 5 s, 3 h 20 min, 2 d 4 h."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+#: the "now" strip's columns: (header, how a cell is written from a newest-bucket row)
+NOW_HEADERS = ("broker", "offset lag", "time lag", "image divergence", "stalled", "newest bucket (UTC)")
+
+
+def now_strip(reader: LakeReader, cluster: str | None) -> html.Div:
+    """The "now" strip: each broker of ``cluster`` as of its newest ``cache_lag`` bucket (offset lag,
+    time lag, image divergence, stalled), the brokers to look at first on top (:func:`worst_first`)."""
+    newest = newest_buckets(reader, TABLE_COLUMNS["cache_lag"])  # the charts' read of the table, from the reader's cache
+    if newest is None or cluster is None or newest.empty:
+        return html.Div("now: no cache_lag yet", style={"color": "#666"})
+    rows = worst_first(newest[newest["cluster_id"] == cluster])
+
+    def cell(v: Any, fmt: str = "{:,}") -> str:
+        return "–" if v is None or pd.isna(v) else fmt.format(int(v))
+
+    body = []
+    for _, r in rows.iterrows():
+        bad = bool(r["stalled"]) or (not pd.isna(r["offset_lag"]) and r["offset_lag"] > 0)
+        body.append(html.Tr([html.Td(f"broker {int(r['broker_id'])}"), html.Td(cell(r["offset_lag"])),
+                             html.Td(cell(r["time_lag_ms_max"], "{:,} ms")), html.Td(cell(r["image_divergence"])),
+                             html.Td("STALLED" if bool(r["stalled"]) else "no"),
+                             html.Td(f"{r['bucket_start']:%Y-%m-%d %H:%M:%S}")],
+                            style={"background": "#fde8e8" if bad else "white"}))
+    head = html.Tr([html.Th(h, style={"textAlign": "left", "padding": "2px 10px 2px 0"}) for h in NOW_HEADERS])
+    return html.Div([html.Span("now, worst first", style={"fontWeight": 600, "marginRight": "8px"}),
+                     html.Table([html.Thead(head), html.Tbody(body)], style={"borderCollapse": "collapse", "fontSize": "13px"})])
 
 
 def refresh(n_intervals: int | None, cluster: str | None, brokers: list[int] | None, start: str | None,
@@ -86,6 +129,7 @@ def refresh(n_intervals: int | None, cluster: str | None, brokers: list[int] | N
     return {
         **figures,
         "status": status_line(frames, now),
+        "now": now_strip(reader_for(lake_root), frames.cluster),
         "cluster_options": [{"label": c, "value": c} for c in frames.clusters],
         "cluster": frames.cluster,
         "broker_options": [{"label": f"broker {b}", "value": b} for b in frames.brokers],
@@ -125,8 +169,8 @@ def _filters() -> html.Div:
 
 
 def layout(lake_root: str, refresh_ms: int) -> html.Div:
-    """The page: title, status line, filters, the charts (two per row; feature levels full width) and
-    the refresh timer."""
+    """The page: title, status line, the "now" strip (:func:`now_strip`), filters, the charts (two per
+    row; feature levels full width) and the refresh timer."""
     grid = {"display": "grid", "gridTemplateColumns": "repeat(auto-fit, minmax(520px, 1fr))", "gap": "12px"}
     card = {"border": "1px solid #e3e3e3", "borderRadius": "6px", "padding": "4px", "background": "white"}
     cards = [html.Div(_graph(c), style={**card, **({"gridColumn": "1 / -1"} if c == "feature-levels" else {})})
@@ -137,6 +181,7 @@ def layout(lake_root: str, refresh_ms: int) -> html.Div:
         html.Div(id="status", children="loading…",
                  style={"margin": "8px 0", "padding": "6px 10px", "background": "#f4f6fa", "borderRadius": "4px",
                         "fontSize": "13px"}),
+        html.Div(id="now", children="", style={"margin": "4px 0 8px"}),
         _filters(),
         html.Div(cards, style=grid),
         dcc.Store(id="shown"),
@@ -149,6 +194,7 @@ def layout(lake_root: str, refresh_ms: int) -> html.Div:
 OUTPUTS: dict[str, Output] = {
     **{chart_id: Output(chart_id, "figure") for chart_id in CHARTS},
     "status": Output("status", "children"),
+    "now": Output("now", "children"),
     "cluster_options": Output("cluster", "options"),
     "cluster": Output("cluster", "value"),
     "broker_options": Output("brokers", "options"),
@@ -158,7 +204,7 @@ OUTPUTS: dict[str, Output] = {
 }
 
 
-def create_app(lake_root: str, refresh_ms: int = 3000) -> dash.Dash:
+def create_app(lake_root: str, refresh_ms: int = 1000) -> dash.Dash:
     """The dashboard of the lake at ``lake_root``, polling every ``refresh_ms`` milliseconds (the timer
     waits while a tick runs, so ticks never overlap), and ``/metrics`` for Prometheus
     (:mod:`kraft_replay.serve.prometheus`). The lake root stays on the server: the registered callback

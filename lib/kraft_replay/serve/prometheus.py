@@ -33,16 +33,14 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kraft_replay.lake.reader import LakeReader
+from kraft_replay.serve.charts import TABLE_COLUMNS
+from kraft_replay.serve.now import CACHE_LAG, newest_buckets
 
 __all__ = ["BROKER_GAUGES", "CacheLagCollector", "install_metrics", "metrics_text"]
 
 log = logging.getLogger(__name__)
 
-CACHE_LAG = "cache_lag"
-_COLUMNS = ["cluster_id", "broker_id", "bucket_start", "applied_offset", "log_end_offset", "time_lag_ms_max",
-            "image_divergence", "stalled"]
-
-#: gauge name -> (help text, how its value comes from a newest-bucket row)
+#: gauge name -> (help text, how its value comes from a newest-bucket row of :func:`newest_buckets`)
 BROKER_GAUGES: dict[str, tuple[str, Callable[[pd.Series], float]]] = {
     "kraft_replay_broker_applied_offset": (
         "Offset the broker's metadata cache has applied (its newest cache_lag bucket's last sample)",
@@ -52,7 +50,7 @@ BROKER_GAUGES: dict[str, tuple[str, Callable[[pd.Series], float]]] = {
         lambda r: r["log_end_offset"]),
     "kraft_replay_broker_offset_lag": (
         "Offsets the broker's metadata cache is behind the log end (last sample, >= 0)",
-        lambda r: max(0, r["log_end_offset"] - r["applied_offset"])),
+        lambda r: r["offset_lag"]),
     "kraft_replay_broker_time_lag_ms": (
         "Largest time lag of the broker's newest bucket: sample time minus the append time of the oldest record not applied",
         lambda r: r["time_lag_ms_max"]),
@@ -68,23 +66,6 @@ BROKER_GAUGES: dict[str, tuple[str, Callable[[pd.Series], float]]] = {
 }
 
 
-def _newest_buckets(reader: LakeReader) -> pd.DataFrame | None:
-    """The newest ``cache_lag`` row of each (cluster, broker), ``bucket_start`` as UTC; None when the
-    table does not exist."""
-    table = reader.read(CACHE_LAG, _COLUMNS)
-    if table is None:
-        return None
-    df = table.to_pandas()
-    for c in _COLUMNS:  # a table written before a column existed: that gauge is left out
-        if c not in df.columns:
-            df[c] = None
-    if df.empty:
-        return df
-    df["bucket_start"] = pd.to_datetime(df["bucket_start"], utc=True)
-    newest = df.sort_values("bucket_start").groupby(["cluster_id", "broker_id"]).tail(1)
-    return newest.sort_values(["cluster_id", "broker_id"])
-
-
 class CacheLagCollector(Collector):
     """The gauges of the module docstring, computed at each scrape from the lake's published
     ``cache_lag`` (``now``: the clock, for the data's age)."""
@@ -97,7 +78,7 @@ class CacheLagCollector(Collector):
         readable = GaugeMetricFamily("kraft_replay_cache_lag_readable",
                                      "1 when the lake's cache_lag table could be read at this scrape (0: see the server's log)")
         try:
-            newest = _newest_buckets(self.reader)
+            newest = newest_buckets(self.reader, TABLE_COLUMNS["cache_lag"])  # the dashboard's cached read
         except Exception as exc:  # noqa: BLE001 - a scrape answers; the reason goes to the log
             log.warning("/metrics: cannot read %s of %s: %s", CACHE_LAG, self.reader.root, str(exc).splitlines()[0])
             readable.add_metric([], 0.0)
@@ -113,6 +94,8 @@ class CacheLagCollector(Collector):
                 try:
                     v = float(value(row))
                 except (TypeError, ValueError):  # a null figure (or a column the table lacks): no sample
+                    continue
+                if v != v:  # NaN: a null offset
                     continue
                 g.add_metric([str(row["cluster_id"]), str(int(row["broker_id"]))], v)
             yield g
