@@ -605,6 +605,9 @@ def test_browser_renders_the_lag_chart(page, artifacts, tmp_path):
     expected = 2 * BUCKETS * len(BROKERS[C1])  # p99 and max traces of the first cluster's brokers
     page.wait_for_function(f"() => ({LAG_POINTS_JS})() === {expected}", timeout=30_000)
     page.wait_for_function("() => document.getElementById('status').innerText.includes('cache_lag v1')", timeout=10_000)
+    page.wait_for_function("() => document.getElementById('now').innerText.includes('worst first')", timeout=10_000)
+    assert page.locator("#now tbody tr").count() == len(BROKERS[C1])  # the "now" strip: a row per broker, above the charts
+    assert page.locator("#now").bounding_box()["y"] < page.locator("#lag-offsets").bounding_box()["y"]
     assert page.locator("#broker-states .js-plotly-plot").count() == 1
     assert "no data yet" not in page.inner_text("#lag-offsets")
     page.wait_for_function(f"() => ({PLOTS_JS})().length === {len(charts.CHARTS)}", timeout=30_000)
