@@ -24,8 +24,10 @@ docs/alerts.md has sample alert rules.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pandas as pd
 from prometheus_client.core import GaugeMetricFamily
@@ -40,30 +42,33 @@ __all__ = ["BROKER_GAUGES", "CacheLagCollector", "install_metrics", "metrics_tex
 
 log = logging.getLogger(__name__)
 
-#: gauge name -> (help text, how its value comes from a newest-bucket row of :func:`newest_buckets`)
-BROKER_GAUGES: dict[str, tuple[str, Callable[[pd.Series], float]]] = {
+#: gauge name -> (help text, the column of a :func:`newest_buckets` row it gives)
+BROKER_GAUGES: dict[str, tuple[str, str]] = {
     "kraft_replay_broker_applied_offset": (
-        "Offset the broker's metadata cache has applied (its newest cache_lag bucket's last sample)",
-        lambda r: r["applied_offset"]),
+        "Offset the broker's metadata cache has applied (its newest cache_lag bucket's last sample)", "applied_offset"),
     "kraft_replay_broker_log_end_offset": (
-        "Metadata log end offset at the broker's last sample (the committed end where known)",
-        lambda r: r["log_end_offset"]),
+        "Metadata log end offset at the broker's last sample (the committed end where known)", "log_end_offset"),
     "kraft_replay_broker_offset_lag": (
-        "Offsets the broker's metadata cache is behind the log end (last sample, >= 0)",
-        lambda r: r["offset_lag"]),
+        "Offsets the broker's metadata cache is behind the log end (last sample, >= 0)", "offset_lag"),
     "kraft_replay_broker_time_lag_ms": (
-        "Largest time lag of the broker's newest bucket: sample time minus the append time of the oldest record not applied",
-        lambda r: r["time_lag_ms_max"]),
+        "Largest time lag of the broker's newest bucket: sample time minus the append time of the oldest record "
+        "not applied", "time_lag_ms_max"),
     "kraft_replay_broker_image_divergence": (
-        "Partitions whose leader or leader epoch in the broker's cache are not the log end's",
-        lambda r: r["image_divergence"]),
+        "Partitions whose leader or leader epoch in the broker's cache are not the log end's", "image_divergence"),
     "kraft_replay_broker_stalled": (
-        "1 when a sample of the newest bucket lagged with no progress for 2 s or more",
-        lambda r: 1.0 if bool(r["stalled"]) else 0.0),
+        "1 when a sample of the newest bucket lagged with no progress for 2 s or more", "stalled"),
     "kraft_replay_broker_bucket_timestamp_seconds": (
-        "Start of the broker's newest cache_lag bucket (Unix seconds)",
-        lambda r: r["bucket_start"].timestamp()),
+        "Start of the broker's newest cache_lag bucket (Unix seconds)", "bucket_start"),
 }
+
+
+def _value(v: Any) -> float | None:
+    """A cell as a sample value: times as Unix seconds, flags as 1 / 0; None for a null."""
+    if v is None or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, pd.Timestamp):
+        return v.timestamp()
+    return float(v)
 
 
 class CacheLagCollector(Collector):
@@ -88,16 +93,12 @@ class CacheLagCollector(Collector):
         yield readable
         if newest is None or newest.empty:
             return
-        for name, (help_text, value) in BROKER_GAUGES.items():
+        for name, (help_text, column) in BROKER_GAUGES.items():
             g = GaugeMetricFamily(name, help_text, labels=["cluster", "broker"])
             for _, row in newest.iterrows():
-                try:
-                    v = float(value(row))
-                except (TypeError, ValueError):  # a null figure (or a column the table lacks): no sample
-                    continue
-                if v != v:  # NaN: a null offset
-                    continue
-                g.add_metric([str(row["cluster_id"]), str(int(row["broker_id"]))], v)
+                v = _value(row[column])
+                if v is not None:  # a null figure (or a column the table lacks): no sample
+                    g.add_metric([str(row["cluster_id"]), str(int(row["broker_id"]))], v)
             yield g
         ts = GaugeMetricFamily("kraft_replay_newest_data_timestamp_seconds",
                                "Start of the cluster's newest cache_lag bucket (Unix seconds)", labels=["cluster"])
