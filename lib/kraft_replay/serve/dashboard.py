@@ -90,15 +90,14 @@ def now_strip(reader: LakeReader, cluster: str | None) -> html.Div:
     def cell(v: Any, fmt: str = "{:,}") -> str:
         return "–" if v is None or pd.isna(v) else fmt.format(int(v))
 
+    pad = {"padding": "2px 16px 2px 4px"}
     body = []
     for _, r in rows.iterrows():
         bad = bool(r["stalled"]) or (not pd.isna(r["offset_lag"]) and r["offset_lag"] > 0)
-        body.append(html.Tr([html.Td(f"broker {int(r['broker_id'])}"), html.Td(cell(r["offset_lag"])),
-                             html.Td(cell(r["time_lag_ms_max"], "{:,} ms")), html.Td(cell(r["image_divergence"])),
-                             html.Td("STALLED" if bool(r["stalled"]) else "no"),
-                             html.Td(f"{r['bucket_start']:%Y-%m-%d %H:%M:%S}")],
-                            style={"background": "#fde8e8" if bad else "white"}))
-    head = html.Tr([html.Th(h, style={"textAlign": "left", "padding": "2px 10px 2px 0"}) for h in NOW_HEADERS])
+        cells = [f"broker {int(r['broker_id'])}", cell(r["offset_lag"]), cell(r["time_lag_ms_max"], "{:,} ms"),
+                 cell(r["image_divergence"]), "STALLED" if bool(r["stalled"]) else "no", f"{r['bucket_start']:%Y-%m-%d %H:%M:%S}"]
+        body.append(html.Tr([html.Td(c, style=pad) for c in cells], style={"background": "#fde8e8" if bad else "white"}))
+    head = html.Tr([html.Th(h, style={**pad, "textAlign": "left"}) for h in NOW_HEADERS])
     return html.Div([html.Span("now, worst first", style={"fontWeight": 600, "marginRight": "8px"}),
                      html.Table([html.Thead(head), html.Tbody(body)], style={"borderCollapse": "collapse", "fontSize": "13px"})])
 
