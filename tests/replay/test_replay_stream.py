@@ -190,3 +190,30 @@ def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, replay_runs, t
 def _cli() -> list[str]:
     exe = Path(sys.executable).with_name("kraft-replay")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
+
+
+def test_a_stream_started_before_the_first_ingest_waits_for_the_bronze_tables(tmp_path) -> None:
+    """Started beside ``ingest --follow`` on an empty lake, the stream waits for the follower's first
+    poll instead of exiting ("table ... is missing"): it says once what it waits for, and goes on when
+    the tables appear; ``--run-for`` ends the wait. No Spark is touched while waiting (``spark`` None)."""
+    import threading
+
+    from kraft_replay.serve.replay_stream import wait_for_bronze
+
+    lake = Lake(str(tmp_path / "lake"), None, backend="deltars")
+    said: list[str] = []
+    report = run_stream(None, lake, run_for=0.3, say=said.append)
+    assert report.batches == 0 and said[0].startswith("replay stream: waiting for metadata_log, metadata_control, "
+                                                      "snapshot_records in lake ")
+    assert said[-1] == "replay stream: --run-for ended before the bronze tables appeared"
+
+    said.clear()
+    maker = threading.Timer(0.3, lambda: ensure_bronze_tables(lake))  # what the follower's first poll does
+    maker.start()
+    try:
+        assert wait_for_bronze(lake, said.append, time.monotonic() + 30, poll=0.05)
+    finally:
+        maker.join()
+    assert len([s for s in said if s.startswith("replay stream: waiting")]) == 1
+    assert said[-1] == "replay stream: the bronze tables are there; starting"
+    assert wait_for_bronze(lake, said.append) and len(said) == 2  # nothing to wait for: nothing said

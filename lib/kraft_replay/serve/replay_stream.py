@@ -117,16 +117,23 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
                max_files_per_trigger: int | None = None, incremental: bool = True,
                say: Callable[[str], None] = print) -> StreamReport:
     """Run the replay stream until it is idle (``available_now``), ``run_for`` seconds have passed,
-    or it is interrupted; returns what it did. A failing micro-batch stops the query and raises.
+    or it is interrupted; returns what it did. A continuous stream on a lake without bronze tables yet
+    waits for them (:func:`wait_for_bronze`); ``available_now`` on such a lake is a one-line
+    :class:`~kraft_replay.replay.run.ReplayError`. A failing micro-batch stops the query and raises.
     ``incremental``: each touched cluster's stored replay is resumed with the records published since
     (``run_replay(incremental=True)``); False: replayed whole."""
     from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
     from kraft_replay.replay.run import check_bronze
 
+    started = time.monotonic()
+    report = StreamReport()
+    if not available_now and not wait_for_bronze(lake, say, None if run_for is None else started + run_for):
+        return report  # --run-for passed (or Ctrl-C) before an ingest made the bronze tables
     check_bronze(lake)
+    if run_for is not None:
+        run_for = max(0.1, run_for - (time.monotonic() - started))
     # broker_progress is watched from the start, so that metrics ingested later reach the stream
     ensure_bronze_tables(lake, [METRICS_BRONZE_TABLES[PROGRESS]])
-    report = StreamReport()
     ckpt = checkpoint or default_checkpoint(lake.root, cluster_id)
     trig = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds:g} seconds"}
     query = (changes(lake, cluster_id, max_files_per_trigger).writeStream
@@ -150,6 +157,30 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     if exc is not None:
         raise StreamFailed(_first_line(str(exc))) from None
     return report
+
+
+def wait_for_bronze(lake, say: Callable[[str], None], deadline: float | None = None,  # noqa: ANN001 - a Lake
+                    poll: float = 1.0, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Wait until the lake has every bronze input table (a stream started beside ``ingest --follow`` on
+    an empty lake: the follower's first poll makes them), saying once what it waits for. False when
+    ``deadline`` (``time.monotonic()``) passes first or on Ctrl-C; True at once when they exist."""
+    missing = [t for t in BRONZE_INPUTS if not lake.exists(t)]
+    if not missing:
+        return True
+    say(f"replay stream: waiting for {', '.join(missing)} in lake {lake.root} (made by the first `kraft-replay ingest` "
+        "run on it, e.g. `ingest NODE_DIR --follow`); Ctrl-C stops")
+    try:
+        while missing:
+            if deadline is not None and time.monotonic() >= deadline:
+                say("replay stream: --run-for ended before the bronze tables appeared")
+                return False
+            sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+            missing = [t for t in missing if not lake.exists(t)]
+    except KeyboardInterrupt:
+        say("replay stream: interrupted while waiting for the bronze tables")
+        return False
+    say("replay stream: the bronze tables are there; starting")
+    return True
 
 
 class StreamFailed(Exception):
