@@ -8,9 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from kraft_replay.replay.records import ZERO_UUID
 from kraft_replay.replay.schemas import SILVER_TABLES
 from kraft_replay.replay.sequential import MV_NAMES, SequentialResult, image_json, replay, sort_tuple, table_rows
-from kraft_replay.codec.schema import ZERO_UUID
 
 __all__ = ["MV_NAMES", "ZERO_UUID", "SequentialResult", "image_json", "replay", "table_rows", "first_difference",
            "first_image_difference"]

@@ -138,7 +138,7 @@ class Lake:
         the embedded backend takes them from the Delta log (no Spark: a driver-only lake answers too)."""
         name = _valid_name(name)
         if self.backend == "deltars":
-            return [f.name for f in self._impl.snapshot(name, self.published_version(name)).table.schema().fields]
+            return self._impl.schema(name, self.published_version(name)).fieldNames()
         return self.read(name).columns
 
     def version(self, name: str) -> int:

@@ -294,8 +294,9 @@ class DeltaRsBackend:
             raise LakeError(f"table {name!r} at {self.location(name).uri} needs Delta reader features "
                             f"the embedded backend does not support ({what}); use --backend delta-spark")
 
-    def schema(self, name: str) -> StructType:
-        return to_spark_schema(self._open(name).schema())
+    def schema(self, name: str, version: int | None = None) -> StructType:
+        """The schema of ``name`` at ``version`` (None: the latest), from the Delta log alone."""
+        return to_spark_schema(self._open(name, version).schema())
 
     def version(self, name: str) -> int:
         return self._open(name).version()

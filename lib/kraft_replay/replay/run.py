@@ -92,9 +92,14 @@ def cluster_where(clusters: list[str]) -> str:
     return f"cluster_id IN ({', '.join(_sql_str(c) for c in clusters)})"
 
 
+def missing_bronze(lake) -> list[str]:  # noqa: ANN001 - a Lake
+    """The bronze input tables the lake does not have yet, in :data:`BRONZE_INPUTS` order."""
+    return [t for t in BRONZE_INPUTS if not lake.exists(t)]
+
+
 def check_bronze(lake) -> None:  # noqa: ANN001 - a Lake
     """:class:`ReplayError` naming the first missing bronze input table and how to make it."""
-    missing = [t for t in BRONZE_INPUTS if not lake.exists(t)]
+    missing = missing_bronze(lake)
     if missing:
         raise ReplayError(f"lake {lake.root}: table {missing[0]} is missing: run `kraft-replay ingest PATH --lake "
                           f"{lake.root}` (or `kraft-replay generate`) first")

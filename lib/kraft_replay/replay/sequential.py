@@ -47,24 +47,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kraft_replay.codec.schema import ZERO_UUID
 from kraft_replay.ingest.schemas import QUARANTINE_SCHEMA
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES
+from kraft_replay.replay.records import API, PAYLOAD_COLUMNS, ZERO_UUID
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES, ZK_MIGRATION_STATE_NAMES
 
 __all__ = ["MV_NAMES", "SequentialResult", "replay", "table_rows", "image_json", "sort_tuple"]
 
-# facts §2.2: api key -> bronze payload column (NoOp and EndTransaction have none)
-PAYLOAD_COLUMN: dict[int, str | None] = {
-    0: "register_broker", 1: "unregister_broker", 2: "topic", 3: "partition", 4: "config",
-    5: "partition_change", 7: "fence_broker", 8: "unfence_broker", 9: "remove_topic",
-    10: "delegation_token", 11: "user_scram_credential", 12: "feature_level", 14: "client_quota",
-    15: "producer_ids", 17: "broker_registration_change", 18: "access_control_entry",
-    19: "remove_access_control_entry", 20: None, 21: "zk_migration_state", 22: "remove_user_scram_credential",
-    23: "begin_transaction", 24: None, 25: "abort_transaction", 26: "remove_delegation_token",
-    27: "register_controller",
-}
-BEGIN_TXN, END_TXN, ABORT_TXN = 23, 24, 25
+BEGIN_TXN, END_TXN, ABORT_TXN = API["BEGIN_TRANSACTION"], API["END_TRANSACTION"], API["ABORT_TRANSACTION"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _BATCH_ROWS = 65_536
@@ -119,7 +109,7 @@ def _column(rb: pa.RecordBatch | pa.Table, name: str, n: int) -> list[Any]:
 def _records(table: pa.Table, offset_col: str) -> Iterator[Rec]:
     """Rows as :class:`Rec`, in the table's order. Only the payload column of each row's own type
     is converted to Python (most rows of a real log are NoOps with no payload)."""
-    payload_cols = [c for c in set(PAYLOAD_COLUMN.values()) if c and c in table.schema.names]
+    payload_cols = [c for c in PAYLOAD_COLUMNS if c in table.schema.names]
     for rb in table.to_batches(max_chunksize=_BATCH_ROWS):
         n = rb.num_rows
         cols = {c: _column(rb, c, n) for c in (offset_col, "api_key", "record_type", "append_time", "batch_base_offset",

@@ -103,7 +103,7 @@ class Frames:
         return all(getattr(self, name).empty for name in TABLE_COLUMNS)
 
 
-def _naive_utc(ts: pd.Timestamp | None) -> pd.Timestamp | None:
+def naive_utc(ts: pd.Timestamp | None) -> pd.Timestamp | None:
     """``ts`` as a naive UTC timestamp (naive input is taken as UTC)."""
     if ts is None:
         return None
@@ -185,7 +185,7 @@ def load_frames(reader: LakeReader, cluster: str | None = None, brokers: list[in
     known = sorted({int(b) for name in ("cache_lag", "broker_states") for b in whole[name]["broker_id"].dropna()})
     frames = {name: _to_frame(tables[name], name, chosen, brokers) for name in TABLE_COLUMNS} if brokers else whole
     first, last = _time_span(whole)
-    start, end = _naive_utc(start), _naive_utc(end)
+    start, end = naive_utc(start), naive_utc(end)
     if end is not None and last is not None:
         last = min(last, end)
     return Frames(**_in_range(frames, start, end), versions=versions, clusters=clusters, cluster=chosen,

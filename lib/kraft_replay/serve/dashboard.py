@@ -19,7 +19,7 @@ from dash import Input, Output, State, dcc, html
 from deltalake.exceptions import DeltaError
 
 from kraft_replay.lake.reader import LakeReader
-from kraft_replay.serve.charts import CHARTS, TABLE_COLUMNS, Frames, chart_figures, load_frames
+from kraft_replay.serve.charts import CHARTS, TABLE_COLUMNS, Frames, chart_figures, load_frames, naive_utc
 from kraft_replay.serve.now import newest_buckets, worst_first
 
 NO_DATA = "no data yet — run kraft-replay replay/outcomes on this lake"
@@ -57,7 +57,7 @@ def status_line(frames: Frames, now: datetime) -> str:
         parts.append(f"not written yet: {', '.join(missing)}")
     if frames.first_time is not None and frames.last_time is not None:
         parts.append(f"data {frames.first_time:%Y-%m-%d %H:%M:%S} – {frames.last_time:%Y-%m-%d %H:%M:%S} UTC")
-        age = (pd.Timestamp(now).tz_convert("UTC").tz_localize(None) - pd.Timestamp(frames.last_time)).total_seconds()
+        age = (naive_utc(now) - pd.Timestamp(frames.last_time)).total_seconds()
         parts.append(f"newest data {_age(age)} old")
     parts.append(refreshed)
     return " · ".join(parts)
@@ -75,7 +75,7 @@ def _age(seconds: float) -> str:
     return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
-#: the "now" strip's columns: (header, how a cell is written from a newest-bucket row)
+#: the "now" strip's column headers
 NOW_HEADERS = ("broker", "offset lag", "time lag", "image divergence", "stalled", "newest bucket (UTC)")
 
 
@@ -93,9 +93,10 @@ def now_strip(reader: LakeReader, cluster: str | None) -> html.Div:
     pad = {"padding": "2px 16px 2px 4px"}
     body = []
     for _, r in rows.iterrows():
-        bad = bool(r["stalled"]) or (not pd.isna(r["offset_lag"]) and r["offset_lag"] > 0)
+        stalled = bool(r["stalled"])
+        bad = stalled or (not pd.isna(r["offset_lag"]) and r["offset_lag"] > 0)
         cells = [f"broker {int(r['broker_id'])}", cell(r["offset_lag"]), cell(r["time_lag_ms_max"], "{:,} ms"),
-                 cell(r["image_divergence"]), "STALLED" if bool(r["stalled"]) else "no", f"{r['bucket_start']:%Y-%m-%d %H:%M:%S}"]
+                 cell(r["image_divergence"]), "STALLED" if stalled else "no", f"{r['bucket_start']:%Y-%m-%d %H:%M:%S}"]
         body.append(html.Tr([html.Td(c, style=pad) for c in cells], style={"background": "#fde8e8" if bad else "white"}))
     head = html.Tr([html.Th(h, style={**pad, "textAlign": "left"}) for h in NOW_HEADERS])
     return html.Div([html.Span("now, worst first", style={"fontWeight": 600, "marginRight": "8px"}),

@@ -160,11 +160,13 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
 
 
 def wait_for_bronze(lake, say: Callable[[str], None], deadline: float | None = None,  # noqa: ANN001 - a Lake
-                    poll: float = 1.0, sleep: Callable[[float], None] = time.sleep) -> bool:
+                    poll: float = 1.0) -> bool:
     """Wait until the lake has every bronze input table (a stream started beside ``ingest --follow`` on
     an empty lake: the follower's first poll makes them), saying once what it waits for. False when
     ``deadline`` (``time.monotonic()``) passes first or on Ctrl-C; True at once when they exist."""
-    missing = [t for t in BRONZE_INPUTS if not lake.exists(t)]
+    from kraft_replay.replay.run import missing_bronze
+
+    missing = missing_bronze(lake)
     if not missing:
         return True
     say(f"replay stream: waiting for {', '.join(missing)} in lake {lake.root} (made by the first `kraft-replay ingest` "
@@ -174,8 +176,8 @@ def wait_for_bronze(lake, say: Callable[[str], None], deadline: float | None = N
             if deadline is not None and time.monotonic() >= deadline:
                 say("replay stream: --run-for ended before the bronze tables appeared")
                 return False
-            sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
-            missing = [t for t in missing if not lake.exists(t)]
+            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+            missing = missing_bronze(lake)
     except KeyboardInterrupt:
         say("replay stream: interrupted while waiting for the bronze tables")
         return False
