@@ -189,7 +189,9 @@ class Image:
         self.spill = spill
         self.spill_at: dict[str, int] = {t: spill.rows if spill else 0 for t in VERSIONED_TABLES}
         self.spilled: dict[str, list[pa.Table]] = {t: [] for t in VERSIONED_TABLES}
-        self.last_row: dict[tuple[str, tuple], dict[str, Any]] = {}
+        self.last_row: dict[str, dict[tuple, dict[str, Any]]] = {t: {} for t in VERSIONED_TABLES}  # open versions
+        # the live replay's record of versions closed since its last step (None: not kept)
+        self.closed: dict[str, list[dict[str, Any]]] | None = None
         self.topic_partitions: dict[str, set[int]] = defaultdict(set)
         self.anomalies: list[dict[str, Any]] = []
 
@@ -201,10 +203,12 @@ class Image:
         cur = self.cur[table].get(key)
         if fields is None and cur is None:
             return
-        prev = self.last_row.get((table, key))
+        prev = self.last_row[table].get(key)
         if prev is not None and prev["valid_to_offset"] is None:
             prev["valid_to_offset"] = vis.offset
             prev["valid_to_time"] = vis.time
+            if self.closed is not None:
+                self.closed[table].append(prev)
         row: dict[str, Any] = {"cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True))}
         names = [n for n in spec.field_names if n != "changed_fields"]
         for n in names:
@@ -215,7 +219,7 @@ class Image:
                    valid_to_time=None, record_offset=vis.record_offset, record_type=vis.record_type,
                    snapshot_end_offset=vis.snapshot_end_offset)
         self.rows[table].append(row)
-        self.last_row[(table, key)] = row
+        self.last_row[table][key] = row
         if self.spill is not None and len(self.rows[table]) >= self.spill_at[table]:
             self._spill(table)
         if fields is None:
@@ -650,6 +654,43 @@ def _gaps(present: np.ndarray, start: int) -> list[tuple[int, int]]:
     return gaps
 
 
+def start_snapshot(snaps: list[Snapshot], first: int | None, last: int | None) -> Snapshot | None:
+    """Where replay starts (see the module docstring, 3.): the usable snapshot ``snaps`` (sorted by end
+    offset) to load first, or None (the empty image)."""
+    if first is None:
+        return max(snaps, key=lambda s: (s.epoch, s.end_offset)) if snaps else None
+    if first == 0:
+        return None
+    after = [s for s in snaps if first <= s.end_offset <= last + 1]
+    before = [s for s in snaps if s.end_offset < first]
+    return after[0] if after else before[-1] if before else None
+
+
+def batch_rows(cluster_id: str, batches: pa.Table, committed: int, spans: list[tuple[int, int]],
+               replay_start: int) -> pa.Table:
+    """``log_batches`` rows of ``batches`` (:func:`_batches`, divergent ones removed): certainly committed
+    at or below ``committed`` (§5.1), inside a transaction when their last offset falls in one of the
+    ``spans`` ``[begin, close)`` (unknown before ``replay_start``)."""
+    w_base, w_last, w_epoch = (batches.column(c).to_numpy() for c in _BATCH_KEY)
+    spans = sorted(spans)
+    lo = np.array([a for a, _ in spans], dtype=np.int64)
+    hi = np.array([b for _, b in spans], dtype=np.int64)
+    i = np.searchsorted(lo, w_last, side="right") - 1
+    open_ = (i >= 0) & (w_last < hi[np.maximum(i, 0)] if len(hi) else False)
+    n = batches.num_rows
+    return pa.table({
+        "cluster_id": pa.array([cluster_id] * n, pa.string()),
+        "batch_base_offset": pa.array(w_base, pa.int64()),
+        "batch_last_offset": pa.array(w_last, pa.int64()),
+        "batch_leader_epoch": pa.array(w_epoch, pa.int64()).cast(pa.int32()),
+        "append_time": batches.column("append_time").cast(pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "is_control": batches.column("is_control"),
+        "records": batches.column("records").cast(pa.int32()),
+        "certainly_committed": pa.array(w_last <= committed),
+        "transaction_open": pa.array(np.broadcast_to(open_, (n,)), mask=w_last < replay_start),
+    }, schema=SILVER_TABLES["log_batches"].schema)
+
+
 # ---------------------------------------------------------------------------------------------
 # one cluster
 
@@ -666,6 +707,26 @@ class _ClusterReplay:
         self.batch_table: pa.Table = SILVER_TABLES["log_batches"].schema.empty_table()
         self.commit: dict[str, Any] = {}
         self.image_floor: int = -1
+        # the replay's position (kept by the live replay, kraft_replay.replay.live, between steps)
+        self.first: int | None = None
+        self.last: int | None = None
+        self.start: Snapshot | None = None
+        self.replay_start = 0
+        self.snaps: list[Snapshot] = []
+        self.gap_list: list[tuple[int, int]] = []
+        self.txn: list[Rec] | None = None        # the open transaction's held-back records
+        self.txn_begin: int | None = None
+        self.txn_spans: list[tuple[int, int]] = []   # [begin, close) of each transaction
+        self.kept: Rec | None = None             # the record replayed last (copies of its offset are compared)
+        self.replayed = 0
+        self.committed = -1
+        self.below_top = -1                      # the greatest last offset of batches below the top epoch
+        self.top_epoch: int | None = None
+        self.max_batch_last: int | None = None
+        self.batches = 0
+        self.last_batch_epoch: int | None = None
+        self.divergent_records = 0
+        self.anomalies_before = 0                # anomalies emitted by earlier live steps (no longer held)
 
     # -- snapshots -----------------------------------------------------------------------
 
@@ -703,7 +764,7 @@ class _ClusterReplay:
             for key in sorted(set(new) | set(old), key=sort_tuple):
                 if key in new:
                     if old.get(key) != new[key]:
-                        rtype = fresh.last_row[(table, key)]["record_type"]
+                        rtype = fresh.last_row[table][key]["record_type"]
                         self.img.put(table, key, new[key], Visible(at, s.header_time, None, rtype, s.end_offset))
                 elif table in ("producer_ids", "zk_migration_state") or (table, key) == ("features", (METADATA_VERSION,)):
                     continue
@@ -718,7 +779,7 @@ class _ClusterReplay:
         base, last_off, epoch = (batches.column(c).to_numpy() for c in _BATCH_KEY)
         div = _divergent(base, last_off, epoch)
         divergent = set(zip(base[div].tolist(), last_off[div].tolist(), epoch[div].tolist(), strict=True))
-        divergent_records = int(batches.column("records").to_numpy()[div].sum()) if div.any() else 0
+        self.divergent_records = int(batches.column("records").to_numpy()[div].sum()) if div.any() else 0
         winners = batches.filter(pa.array(~div)) if div.any() else batches
         if divergent:
             losers = pa.table({k: pa.array(v, pa.int64()) for k, v in zip(_BATCH_KEY, zip(*divergent), strict=True)})
@@ -729,20 +790,10 @@ class _ClusterReplay:
         snaps = self._usable()
 
         # the start (see the module docstring)
-        start: Snapshot | None = None
-        if first is None:
-            if snaps:
-                start = max(snaps, key=lambda s: (s.epoch, s.end_offset))
-        elif first > 0:
-            after = [s for s in snaps if first <= s.end_offset <= last + 1]
-            before = [s for s in snaps if s.end_offset < first]
-            if after:
-                start = after[0]
-            elif before:
-                start = before[-1]
-            else:
-                self.img.anomaly(first, None, None, "LOG_STARTS_MID_STREAM",
-                                 f"the log starts at offset {first} and no snapshot covers the offsets before it")
+        start = start_snapshot(snaps, first, last)
+        if first is not None and first > 0 and start is None:
+            self.img.anomaly(first, None, None, "LOG_STARTS_MID_STREAM",
+                             f"the log starts at offset {first} and no snapshot covers the offsets before it")
         if start is not None:
             self.load_snapshot(start)
             self.image_floor = start.end_offset - 1
@@ -750,54 +801,11 @@ class _ClusterReplay:
         else:
             self.image_floor = -1 if first in (None, 0) else first
             replay_start = first if first is not None else 0
+        self.first, self.last, self.start, self.replay_start, self.snaps = first, last, start, replay_start, snaps
 
         # records in offset order; the gaps (control offsets count as present) in their place
-        gaps = deque(_gaps(present, replay_start))
-        n_gaps = len(gaps)
-
-        def gaps_before(off: float) -> None:
-            while gaps and gaps[0][1] <= off:
-                self._gap(*gaps.popleft(), snaps)
-
-        txn: list[Rec] | None = None
-        txn_begin: int | None = None
-        txn_spans: list[tuple[int, int]] = []   # [begin, close) of each transaction
-        replayed = 0
-        kept: Rec | None = None
-        for r in self._log_records(divergent):
-            if r.offset < replay_start:
-                continue  # covered by the start snapshot
-            if kept is not None and kept.offset == r.offset:  # another copy of the same offset and epoch
-                if (kept.api_key, kept.data) != (r.api_key, r.data):
-                    self.img.anomaly(r.offset, r, None, "CONFLICTING_COPIES",
-                                     f"two different records at offset {r.offset} in epoch {r.epoch} ({kept.record_type} "
-                                     f"from {kept.source_file}, {r.record_type} from {r.source_file}); the first is kept")
-                continue
-            kept = r
-            gaps_before(r.offset)
-            replayed += 1
-            if r.api_key == BEGIN_TXN:
-                if txn is not None:
-                    self.img.anomaly(r.offset, r, None, "TRANSACTION_ERROR",
-                                     f"BeginTransaction inside the transaction begun at {txn_begin}")
-                else:
-                    txn, txn_begin = [], r.offset
-            elif r.api_key in (END_TXN, ABORT_TXN):
-                if txn is None:
-                    self.img.anomaly(r.offset, r, None, "TRANSACTION_ERROR", f"{r.record_type} without BeginTransaction")
-                else:
-                    if r.api_key == END_TXN:  # §5.1: the held-back records become visible here
-                        for t in txn:
-                            self.img.apply(t, Visible(r.offset, r.time, t.offset, t.record_type))
-                    txn_spans.append((txn_begin, r.offset))
-                    txn, txn_begin = None, None
-            elif txn is not None:
-                txn.append(r)
-            else:
-                self.img.apply(r, Visible(r.offset, r.time, r.offset, r.record_type))
-        gaps_before(float("inf"))
-        if txn_begin is not None:
-            txn_spans.append((txn_begin, last + 1))
+        self.gap_list = _gaps(present, replay_start)
+        self.replay_records(self._log_records(divergent), deque(self.gap_list))
 
         # log_batches and log_commit
         w_base, w_last, w_epoch = (winners.column(c).to_numpy() for c in _BATCH_KEY)
@@ -805,36 +813,77 @@ class _ClusterReplay:
         if len(w_epoch):  # §5.1: a later batch with a higher epoch exists ...
             older = w_epoch < w_epoch.max()
             committed = int(w_last[older].max()) if older.any() else -1
+        self.below_top = committed
+        self.top_epoch = int(w_epoch.max()) if len(w_epoch) else None
         for s in snaps:  # ... or a snapshot covers it
             if last is not None:
                 committed = max(committed, min(s.end_offset - 1, last))
-        spans = sorted(txn_spans)
-        lo = np.array([a for a, _ in spans], dtype=np.int64)
-        hi = np.array([b for _, b in spans], dtype=np.int64)
-        i = np.searchsorted(lo, w_last, side="right") - 1
-        open_ = (i >= 0) & (w_last < hi[np.maximum(i, 0)] if len(hi) else False)
-        n = winners.num_rows
-        self.batch_table = pa.table({
-            "cluster_id": pa.array([self.cluster_id] * n, pa.string()),
-            "batch_base_offset": pa.array(w_base, pa.int64()),
-            "batch_last_offset": pa.array(w_last, pa.int64()),
-            "batch_leader_epoch": pa.array(w_epoch, pa.int64()).cast(pa.int32()),
-            "append_time": winners.column("append_time").cast(pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "is_control": winners.column("is_control"),
-            "records": winners.column("records").cast(pa.int32()),
-            "certainly_committed": pa.array(w_last <= committed),
-            "transaction_open": pa.array(np.broadcast_to(open_, (n,)), mask=w_last < replay_start),
-        }, schema=SILVER_TABLES["log_batches"].schema)
-        self.commit = {
-            "cluster_id": self.cluster_id, "first_offset": first, "last_offset": last,
-            "last_batch_leader_epoch": int(w_epoch[-1]) if n else None,
-            "committed_through_offset": committed if last is not None else None,
-            "replay_start_offset": replay_start if first is not None else None,
+        self.committed = committed
+        self.batch_table = batch_rows(self.cluster_id, winners, committed, self.spans(), replay_start)
+        self.batches = winners.num_rows
+        self.max_batch_last = int(w_last.max()) if len(w_last) else None
+        self.last_batch_epoch = int(w_epoch[-1]) if winners.num_rows else None
+        self.commit = self.commit_row()
+
+    def replay_records(self, records: Iterable[Rec], gaps: deque) -> None:
+        """Replay log records in offset order (another copy of the offset just replayed is compared
+        with it, §5.1 transactions held back), the missing ranges ``gaps`` in their place."""
+        def gaps_before(off: float) -> None:
+            while gaps and gaps[0][1] <= off:
+                self._gap(*gaps.popleft(), self.snaps)
+
+        img = self.img
+        for r in records:
+            if r.offset < self.replay_start:
+                continue  # covered by the start snapshot
+            kept = self.kept
+            if kept is not None and kept.offset == r.offset:  # another copy of the same offset and epoch
+                if (kept.api_key, kept.data) != (r.api_key, r.data):
+                    img.anomaly(r.offset, r, None, "CONFLICTING_COPIES",
+                                f"two different records at offset {r.offset} in epoch {r.epoch} ({kept.record_type} "
+                                f"from {kept.source_file}, {r.record_type} from {r.source_file}); the first is kept")
+                continue
+            self.kept = r
+            gaps_before(r.offset)
+            self.replayed += 1
+            if r.api_key == BEGIN_TXN:
+                if self.txn is not None:
+                    img.anomaly(r.offset, r, None, "TRANSACTION_ERROR",
+                                f"BeginTransaction inside the transaction begun at {self.txn_begin}")
+                else:
+                    self.txn, self.txn_begin = [], r.offset
+            elif r.api_key in (END_TXN, ABORT_TXN):
+                if self.txn is None:
+                    img.anomaly(r.offset, r, None, "TRANSACTION_ERROR", f"{r.record_type} without BeginTransaction")
+                else:
+                    if r.api_key == END_TXN:  # §5.1: the held-back records become visible here
+                        for t in self.txn:
+                            img.apply(t, Visible(r.offset, r.time, t.offset, t.record_type))
+                    self.txn_spans.append((self.txn_begin, r.offset))
+                    self.txn, self.txn_begin = None, None
+            elif self.txn is not None:
+                self.txn.append(r)
+            else:
+                img.apply(r, Visible(r.offset, r.time, r.offset, r.record_type))
+        gaps_before(float("inf"))
+
+    def spans(self) -> list[tuple[int, int]]:
+        """``[begin, close)`` of each transaction; one still open runs to the log's end."""
+        return self.txn_spans + ([(self.txn_begin, self.last + 1)] if self.txn_begin is not None else [])
+
+    def commit_row(self) -> dict[str, Any]:
+        """The cluster's ``log_commit`` row."""
+        first, start = self.first, self.start
+        return {
+            "cluster_id": self.cluster_id, "first_offset": first, "last_offset": self.last,
+            "last_batch_leader_epoch": self.last_batch_epoch,
+            "committed_through_offset": self.committed if self.last is not None else None,
+            "replay_start_offset": self.replay_start if first is not None else None,
             "start_snapshot_end_offset": start.end_offset if start else None,
             "start_snapshot_epoch": start.epoch if start else None,
-            "replayed_records": replayed, "batches": n, "offset_gaps": n_gaps,
-            "anomalies": len(self.img.anomalies), "divergent_records": divergent_records,
-            "open_transaction_offset": txn_begin,
+            "replayed_records": self.replayed, "batches": self.batches, "offset_gaps": len(self.gap_list),
+            "anomalies": len(self.img.anomalies) + self.anomalies_before, "divergent_records": self.divergent_records,
+            "open_transaction_offset": self.txn_begin,
         }
 
     def _gap(self, lo: int, hi: int, snaps: list[Snapshot]) -> None:
@@ -847,15 +896,16 @@ class _ClusterReplay:
         if resync:
             self.load_snapshot(resync[-1])
 
-    def _log_records(self, divergent: set[tuple[int, int, int]]) -> Iterator[Rec]:
-        """Data records of the log in offset order (same offset: higher epoch first); records of
-        divergent batches go to the quarantine."""
-        if self.log is None or self.log.num_rows == 0:
+    def _log_records(self, divergent: set[tuple[int, int, int]], log: pa.Table | None = None) -> Iterator[Rec]:
+        """Data records of the log (``self.log`` unless given) in offset order (same offset: higher
+        epoch first); records of divergent batches go to the quarantine."""
+        log = self.log if log is None else log
+        if log is None or log.num_rows == 0:
             return
-        log = self.log.sort_by([("offset", "ascending"), ("batch_leader_epoch", "descending"),
+        log = log.sort_by([("offset", "ascending"), ("batch_leader_epoch", "descending"),
                                 ("source_file", "ascending"), ("source_position", "ascending")]) \
-            if "source_file" in self.log.schema.names else \
-            self.log.sort_by([("offset", "ascending"), ("batch_leader_epoch", "descending")])
+            if "source_file" in log.schema.names else \
+            log.sort_by([("offset", "ascending"), ("batch_leader_epoch", "descending")])
         for r in _records(log, "offset"):
             if (r.base, r.last, r.epoch) in divergent:
                 self.quarantine.append({
