@@ -109,12 +109,12 @@ def test_demo_with_an_unknown_scenario_is_one_line_before_spark(capsys, tmp_path
 @pytest.mark.parametrize("args, says", [
     (["--mode", "stream", "--incremental"], "--incremental is --mode batch's"),
     (["--available-now", "--incremental"], "--incremental is --mode batch's"),
-    (["--full"], "--full is an option of --mode stream"),
+    (["--derive-every", "-1"], "--derive-every must be >= 0 seconds"),
     (["--trigger", "1", "--available-now"], "--trigger and --available-now exclude each other"),
     (["--mode", "batch", "--available-now"], "--available-now is an option of --mode stream"),
 ])
 def test_replay_mode_options_that_do_not_fit_are_one_line_before_spark(capsys, tmp_path, args, says):
-    """``replay``'s batch-only and stream-only options (``--incremental``, ``--full``, ``--trigger`` ...):
+    """``replay``'s batch-only and stream-only options (``--incremental``, ``--derive-every``, ``--trigger`` ...):
     a combination that does not fit is one line and exit 2, before any lake or Spark session."""
     from kraft_replay.serve.cli import main
 

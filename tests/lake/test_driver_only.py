@@ -80,6 +80,30 @@ def test_merge_arrow_equals_the_spark_merge(spark, driver, tmp_path) -> None:
         driver.merge_arrow("events", pa.concat_tables([_events([1]), _events([1], name="x")]), ["id"])
 
 
+def test_rewrite_arrow_replaces_the_files_of_one_partition_it_picks(driver) -> None:
+    """``rewrite_arrow`` (the live replay's sink): only the files of the partition that the statistics
+    pick are read and replaced, by the tables ``fn`` returns, each in files of its own; other
+    partitions and unpicked files are untouched; ``append_arrow`` appends; a repeated txn is skipped."""
+    driver.append_arrow("events", _events([0, 3, 6]))          # part 0: one file, ids 0..6
+    driver.append_arrow("events", _events([9, 12, 1]))         # part 0: ids 9, 12; part 1: id 1
+    seen: list[list[int]] = []
+
+    def keep_odd_and_add(old: pa.Table) -> list[pa.Table]:
+        seen.append(sorted(old.column("id").to_pylist()))
+        return [old.filter(pc.equal(pc.bit_wise_and(old.column("id"), 1), 1)), _events([30], name="new")]
+
+    res = driver.rewrite_arrow("events", {"part": "0"}, keep_odd_and_add, columns=["id"],
+                               touched=lambda st: st is None or st.max.get("id") is None or st.max["id"] >= 9,
+                               txn=("sink", 1))
+    assert seen == [[9, 12]]                                   # the picked file only, its rows whole
+    assert res.removed_files == 1 and res.files == 2           # the two returned tables: files of their own
+    assert sorted(driver.read_arrow("events", ["id"]).column("id").to_pylist()) == [0, 1, 3, 6, 9, 30]
+    again = driver.rewrite_arrow("events", {"part": "0"}, keep_odd_and_add, txn=("sink", 1))
+    assert again.skipped and len(seen) == 1
+    with pytest.raises(LakeError, match="partitioned by"):
+        driver.rewrite_arrow("events", {"id": "1"}, lambda old: [old])
+
+
 def test_operations_that_move_dataframes_refuse_in_one_line(driver) -> None:
     with pytest.raises(LakeError) as e:
         driver.read("events")

@@ -1,8 +1,9 @@
-"""``kraft-replay replay --mode stream``: the streamed tables equal a batch replay of the same bronze
-(chispa), for bronze arriving in several ingest runs, metrics arriving alone and client requests
-arriving last, on a generated cluster and on real Kafka files; a real SIGKILL in the middle of a
-micro-batch leaves readers on the last published state and the restarted stream ends equal to the
-batch replay; the watched rows split into micro-batches of at most N files each."""
+"""``kraft-replay replay --mode stream`` (the live replay: each cluster's replay in the state store):
+the streamed tables equal a batch replay of the same bronze (chispa), for bronze arriving in several
+ingest runs, metrics arriving alone and client requests arriving last, on a generated cluster and on
+real Kafka files; a real SIGKILL between a micro-batch's commits and its publish leaves readers on the
+last published state, and the restarted stream resumes from its state store (no whole replay) and ends
+equal to the batch replay; the watched rows split into micro-batches of at most N files each."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.run import OUTCOME_TABLES
 from kraft_replay.replay.run import BRONZE_INPUTS, PROGRESS
 from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
-from kraft_replay.serve.replay_stream import changes, run_stream
+from kraft_replay.replay.live_stream import SOURCE, changes
+from kraft_replay.serve.replay_stream import run_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_TABLES = [*SILVER_TABLES, IMAGE_SNAPSHOTS, BROKER_APPLIED, CACHE_LAG]
@@ -73,58 +75,49 @@ def tiny_batch(gold_tiny) -> Lake:
 
 def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_batch, tmp_path) -> None:
     """Files arrive in three ingest runs and metrics alone; a real ``kraft-replay replay
-    --available-now`` process is SIGKILLed after it committed its first silver table and before it
-    published (readers still see the previous state); the restarted stream rolls the dead commits
-    back; client requests arrive; at the end every table equals the batch replay's, and an idle run
-    rewrites nothing."""
+    --available-now`` process is SIGKILLed after its first silver commit and before its publish
+    (readers still see the previous state); the restarted stream rolls the dead commits back and takes
+    the micro-batch again from its state store (absorbed, no whole replay); client requests arrive; at
+    the end every table equals the batch replay's, and an idle run rewrites nothing."""
     cid = tiny_generated.cluster_id
     lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
     ckpt = str(tmp_path / "ckpt")
     steps = _tiny_files(tiny_generated)
     lines: list[str] = []
 
+    def stream():  # noqa: ANN202
+        return run_stream(spark, lake, available_now=True, checkpoint=ckpt, derive_every=0, say=lines.append)
+
     run_ingest(spark, lake, steps[0], cluster_id=cid, say=_quiet)
-    first = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
-    assert (first.batches, first.replays) == (1, 1)
+    first = stream()
+    assert (first.batches, first.steps, first.whole) == (1, 1, 1), lines  # the first rows: a whole replay
     assert lake.read("log_commit").first()["last_offset"] < 1988  # only the first two segments so far
     partitions_before = lake.read("partitions").count()
 
-    # metrics alone: broker_applied and cache_lag follow without a replay of the log
+    # metrics alone: broker_applied and cache_lag follow without a step of the log
     lake.append("broker_progress", tiny_generated.lake.read("broker_progress"))
-    metrics = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
-    assert (metrics.batches, metrics.replays, metrics.metric_updates) == (1, 0, 1)
+    metrics = stream()
+    assert (metrics.batches, metrics.steps, metrics.derived) == (1, 0, 1), lines
     assert lake.read(BROKER_APPLIED).count() > 0 and lake.read(CACHE_LAG).count() > 0
 
-    # the rest in two ingest runs; a stream process is killed in the middle of its micro-batch
+    # the rest in two ingest runs; a stream process is killed between its commits and its publish
     run_ingest(spark, lake, steps[1], cluster_id=cid, say=_quiet)
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
     published = lake.published_versions()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib"), "KRAFT_REPLAY_FAULT": "kill-after-commit:partitions"}
     cmd = [*_cli(), "--profile", "test", "replay", "--lake", lake.root, "--available-now", "--checkpoint", ckpt]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    seen: list[str] = []
-    deadline = time.time() + 600
-    try:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            seen.append(line)
-            if line.strip().startswith("topics:"):  # a silver commit made, nothing of this run published
-                proc.send_signal(signal.SIGKILL)
-                break
-            assert time.time() < deadline, "the stream did not reach its first silver commit in 10 minutes"
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     after = lake.published_versions()
     assert {t: after.get(t) for t in published} == published  # the killed run is invisible
     assert lake.read("partitions").count() == partitions_before
-    killed_version = Lake(lake.root, spark, backend="deltars").version("topics")
-    assert killed_version > published["topics"]  # the dead commit is there, unpublished
+    killed_version = Lake(lake.root, spark, backend="deltars").version("partitions")
+    assert killed_version > published["partitions"]  # the dead commit is there, unpublished
 
-    # the restart (the same checkpoint) replays the batch the dead process had taken
-    rest = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
-    assert (rest.batches, rest.replays) == (1, 1), lines
-    assert lake.published_versions()["topics"] > killed_version  # rolled back, then written again
+    # the restart (the same checkpoint) takes the batch the dead process had taken, from the state store
+    rest = stream()
+    assert (rest.batches, rest.steps, rest.whole) == (1, 1, 0), lines
+    assert lake.published_versions()["partitions"] > killed_version  # rolled back, then written again
 
     # client requests (and the generator's ground truth) arrive: the next micro-batch (duplicate metric
     # samples, which change nothing) writes the outcome tables too, equal to the batch job's
@@ -133,13 +126,13 @@ def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_bat
         lake.create_table(t, src.schema, partition_by=["cluster_id"])
         lake.append(t, src)
     lake.append("broker_progress", tiny_generated.lake.read("broker_progress").limit(5))
-    again = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
-    assert (again.batches, again.replays, again.metric_updates, again.outcome_updates) == (1, 0, 1, 1), lines
+    again = stream()
+    assert (again.batches, again.steps, again.derived) == (1, 0, 1), lines
     _assert_same(lake, tiny_batch, [*OUT_TABLES, *OUTCOME_TABLES])
 
     # nothing new: no micro-batch, nothing rewritten
     before = lake.published_versions()
-    idle = run_stream(spark, lake, available_now=True, checkpoint=ckpt, say=lines.append)
+    idle = stream()
     assert idle.batches == 0 and lake.published_versions() == before
 
 
@@ -154,7 +147,7 @@ def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generate
     counts: list[dict[str, int]] = []
 
     def collect(df, _bid) -> None:
-        counts.append({r["source"]: r["count"] for r in df.groupBy("source").count().collect()})
+        counts.append({r[SOURCE]: r["count"] for r in df.groupBy(SOURCE).count().collect()})
 
     q = (changes(lake, max_files_per_trigger=2).writeStream.foreachBatch(collect)
          .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
@@ -185,11 +178,6 @@ def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, replay_runs, t
     # the stream watches broker_progress (made empty when missing): no metrics, no lag rows invented
     assert lake.read("broker_progress").count() == 0
     assert lake.read(BROKER_APPLIED).count() == 0 and lake.read(CACHE_LAG).count() == 0
-
-
-def _cli() -> list[str]:
-    exe = Path(sys.executable).with_name("kraft-replay")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
 
 
 def test_a_stream_started_before_the_first_ingest_waits_for_the_bronze_tables(tmp_path) -> None:

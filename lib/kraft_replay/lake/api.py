@@ -241,6 +241,35 @@ class Lake:
         return self._write(name, lambda: self._impl.rewrite(name, fn, replace_where, pick, list(columns or []),
                                                             together_below))
 
+    def rewrite_arrow(self, name: str, partition: dict[str, str], fn: Callable[["pa.Table"], list["pa.Table"]],
+                      touched: Callable[["FileStats | None"], bool] | None = None, columns: list[str] | None = None,
+                      txn: tuple[str, int] | None = None) -> CommitResult:
+        """:meth:`rewrite` of one partition on the driver, without Spark (embedded backend): the files
+        of ``partition`` that ``touched`` picks by their statistics (of ``columns``; None: every file
+        of the partition) are read as one Arrow table; the tables ``fn`` returns replace them, each in
+        files of its own, in one commit (``txn``: a repeat is skipped). See
+        :func:`kraft_replay.lake.staged.rewrite_arrow`."""
+        name = _valid_name(name)
+        if self.backend != "deltars":
+            raise InvalidArgumentError(f"table {name!r}: rewrite_arrow needs the embedded backend (deltars)")
+        from kraft_replay.lake import staged as _staged
+
+        return self._write(name, lambda: _staged.rewrite_arrow(self._impl, name, dict(partition), fn, touched,
+                                                               list(columns or []), txn))
+
+    def append_arrow(self, name: str, rows: "pa.Table", txn: tuple[str, int] | None = None) -> CommitResult:
+        """Append an Arrow table on the driver in one commit (staged pyarrow files; ``txn``: a repeat
+        is skipped). No Spark on the embedded backend."""
+        from kraft_replay.lake import staged as _staged
+
+        staged = self.new_staging(name)
+        try:
+            _staged.write_staged_arrow(staged, rows, part_id="append")
+        except BaseException:
+            self.abort_staged(staged)
+            raise
+        return self.commit_staged(staged, txn=txn)
+
     def plan_compaction(self, name: str, small_rows: int | None = None) -> "Compaction | None":
         """A compaction of ``name`` in three steps, for a driver-only lake that keeps writing meanwhile:
         this plan (what :meth:`compact` would rewrite now; None: nothing), its rows written by
@@ -529,10 +558,12 @@ class Lake:
 
     def read_stream(self, name: str, max_files_per_trigger: int | None = None,
                     max_rows_per_trigger: int | None = None, starting_version: int | None = None,
-                    skip_change_commits: bool = False) -> DataFrame:
+                    skip_change_commits: bool = False, with_version: bool = False) -> DataFrame:
         """A streaming DataFrame over ``name``: the snapshot at start (or the commits from
         ``starting_version`` on), then each new commit's added rows. A commit that removes rows
         (overwrite/merge) fails the query unless ``skip_change_commits`` skips such commits.
+        ``with_version`` (embedded backend): each row also carries ``_commit_version``, the table
+        version that added it (``kraft_replay.lake.stream.COMMIT_VERSION``).
 
         A published table is streamed as readers see it: offsets never pass its published version,
         and the commits of a rolled-back run are skipped (see ``lake.publish``)."""
@@ -541,9 +572,12 @@ class Lake:
         if starting_version is not None and published is not None and starting_version > published:
             raise InvalidArgumentError(f"table {name!r}: starting_version {starting_version} is past its published "
                                        f"version {published}")
+        if with_version and self.backend != "deltars":
+            raise InvalidArgumentError(f"table {name!r}: with_version needs the embedded backend (deltars)")
+        extra = {"with_version": True} if with_version else {}
         return self._impl.read_stream(name, max_files_per_trigger=max_files_per_trigger,
                                       max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
-                                      skip_change_commits=skip_change_commits, published=published is not None)
+                                      skip_change_commits=skip_change_commits, published=published is not None, **extra)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> StreamingQuery:

@@ -929,7 +929,7 @@ class DeltaRsBackend:
 
     def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
                     max_rows_per_trigger: int | None = None, starting_version: int | None = None,
-                    skip_change_commits: bool = False, published: bool = False) -> DataFrame:
+                    skip_change_commits: bool = False, published: bool = False, with_version: bool = False) -> DataFrame:
         """Streaming DataFrame over ``name`` via the lake's Python data source (see ``lake.stream``).
         Offsets stop at the table's published version whenever it has one (``published`` is implied)."""
         from kraft_replay.lake.publish import PUBLISHED
@@ -947,7 +947,7 @@ class DeltaRsBackend:
                             max_files_per_trigger=max_files_per_trigger,
                             max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
                             skip_change_commits=skip_change_commits,
-                            published_uri=self.location(PUBLISHED).uri, table_name=name)
+                            published_uri=self.location(PUBLISHED).uri, table_name=name, with_version=with_version)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> Any:

@@ -753,3 +753,56 @@ def compact_arrow(backend, name: str, min_files: int = 2, small_rows: int | None
         _files.delete_staging(backend.location(name), c.staged.staging)
         raise
     return commit_compaction(backend, c)
+
+
+# ---- a rewrite of some files of one partition, on the driver (embedded backend) ------------------
+
+def rewrite_arrow(backend, name: str, partition: dict[str, str], fn, touched=None,  # noqa: ANN001, ANN201
+                  columns: list[str] | None = None, txn: tuple[str, int] | None = None):
+    """Replace some files of one partition of ``name`` on the driver (embedded backend, no Spark), in
+    one commit: the files of ``partition`` (partition column -> value as the log holds it) that
+    ``touched`` picks by their statistics (``FileStats`` of ``columns``; None: every file of the
+    partition) are read as one Arrow table, and the tables ``fn`` returns for it replace them, each
+    written to files of its own. ``fn`` must return every row it was given that stays. With ``txn``,
+    a repeat of a committed txn changes nothing."""
+    from deltalake.exceptions import CommitFailedError
+
+    from kraft_replay.lake.deltars import CommitResult
+    from kraft_replay.lake.errors import CommitConflictError
+
+    backend._check_txn(txn)
+    loc = backend.location(name)
+    snap = backend.snapshot(name)
+    if backend._txn_done(snap.table, txn):
+        return CommitResult(name, None, skipped=True)
+    parts = list(snap.partition_by)
+    if sorted(partition) != sorted(parts):
+        raise InvalidArgumentError(f"table {name!r} is partitioned by {parts}; rewrite_arrow got {sorted(partition)}")
+    full = arrow_schema_of(snap.schema)
+    mine = [f for f in snap.files if all(f.partition_values.get(k) == v for k, v in partition.items())]
+    if touched is not None:
+        stats = backend.file_stats(snap, list(columns or []))
+        mine = [f for f in mine if touched(stats.get(f.path))]
+    root = loc.fs_path.rstrip("/")
+    old = pa.concat_tables([_with_partition_values(pq.read_table(f"{root}/{f.path}", filesystem=loc.fs), full,
+                                                   f.partition_values) for f in mine]) if mine else full.empty_table()
+    outs = [t for t in fn(old) if t.num_rows]
+    staged = make_staged(name, loc, snap.schema, parts, backend.target_file_rows)
+    _files.create_staging_dir(name, loc, staged.staging)
+    try:
+        for i, t in enumerate(outs):
+            write_staged_arrow(staged, t.select(full.names).cast(full), part_id=f"rewrite{i}")
+        data_schema = StructType([f for f in snap.schema.fields if f.name not in parts])
+        adds = _files.add_actions_for(loc, staged_files(staged, loc), data_schema, parts)
+        backend._check_not_null(snap, adds)
+        if not adds and not mine and txn is None:
+            _files.delete_staging(loc, staged.staging)
+            return CommitResult(name, None)
+        return backend._commit_replace(name, snap, adds, mine, txn, "WRITE")
+    except CommitFailedError as exc:
+        _files.delete_staging(loc, staged.staging)
+        raise CommitConflictError(f"table {name!r}: rewrite conflicted with a concurrent writer "
+                                  f"({str(exc).splitlines()[0]}); nothing changed, retry") from None
+    except BaseException:
+        _files.delete_staging(loc, staged.staging)
+        raise

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -63,10 +64,15 @@ class _File:
     partition_values: dict[str, str | None]
 
 
-class FileBin(InputPartition):
-    """A Spark partition of the stream: whole files, read one after the other."""
+#: the column a stream read ``with_version`` adds: the table version whose commit added the row's file
+COMMIT_VERSION = "_commit_version"
 
-    def __init__(self, files: list[tuple[str, dict[str, str | None]]]) -> None:
+
+class FileBin(InputPartition):
+    """A Spark partition of the stream: whole files (path, partition values, the version that added
+    it), read one after the other."""
+
+    def __init__(self, files: list[tuple[str, dict[str, str | None], int]]) -> None:
         super().__init__(files)
         self.files = files
 
@@ -253,17 +259,17 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         return None
 
-    def _between(self, start: dict, end: dict) -> list[_File]:
+    def _between(self, start: dict, end: dict) -> list[tuple[_File, int]]:
         snap = start["snapshot"]
         if end["version"] > start["version"] or end["index"] > start["index"]:
             # a restarted query replays a planned batch: find the rolled-back versions again
             self._mark_dead(start, self._latest())
-        out: list[_File] = []
+        out: list[tuple[_File, int]] = []
         v, i = start["version"], start["index"]
         while (v, i) < (end["version"], end["index"]):
             flist = self._files_of(snap, v)
             stop = end["index"] if v == end["version"] else len(flist)
-            out.extend(flist[i:stop])
+            out.extend((f, v) for f in flist[i:stop])
             v, i = v + 1, 0
         return out
 
@@ -272,11 +278,11 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not files:
             return []
         n = min(len(files), self.bins)
-        bins: list[list[tuple[str, dict]]] = [[] for _ in range(n)]
+        bins: list[list[tuple[str, dict, int]]] = [[] for _ in range(n)]
         weights = [0] * n
-        for f in sorted(files, key=lambda f: -f.size):  # largest first into the lightest bin
+        for f, v in sorted(files, key=lambda fv: -fv[0].size):  # largest first into the lightest bin
             k = weights.index(min(weights))
-            bins[k].append((f"{self._path}/{f.path}", f.partition_values))
+            bins[k].append((f"{self._path}/{f.path}", f.partition_values, v))
             weights[k] += max(f.size, 1)
         return [FileBin(b) for b in bins if b]
 
@@ -296,7 +302,7 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fs, _ = _fs_for(self.uri)
         parts = set(self.partition_by)
         data_cols = [f.name for f in target if f.name not in parts]
-        for path, pvalues in partition.files:  # type: ignore[attr-defined]
+        for path, pvalues, version in partition.files:  # type: ignore[attr-defined]
             with fs.open_input_file(path) as fh:
                 pf = pq.ParquetFile(fh)
                 present = set(pf.schema_arrow.names)
@@ -305,7 +311,9 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     n = batch.num_rows
                     arrays = []
                     for field in target:
-                        if field.name in parts:
+                        if field.name == COMMIT_VERSION:
+                            arr = pa.array(np.full(n, version, dtype=np.int64))
+                        elif field.name in parts:
                             value = pvalues.get(field.name)
                             arr = pa.nulls(n, field.type) if value is None else \
                                 pa.array([value] * n, pa.string()).cast(field.type)
@@ -346,11 +354,18 @@ def register_source(spark: SparkSession) -> None:
 def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by: list[str], *,
                  max_files_per_trigger: int | None, max_rows_per_trigger: int | None,
                  starting_version: int | None, skip_change_commits: bool = False,
-                 published_uri: str | None = None, table_name: str | None = None) -> DataFrame:
+                 published_uri: str | None = None, table_name: str | None = None,
+                 with_version: bool = False) -> DataFrame:
     """A streaming DataFrame over the table at ``uri`` (see the module docstring); with
     ``published_uri`` (the lake's ``_published`` table) and ``table_name`` offsets stop at the
-    table's published version once it has one."""
+    table's published version once it has one. ``with_version``: each row also carries
+    :data:`COMMIT_VERSION`, the version whose commit added its file (the snapshot's version for the
+    rows of the snapshot a query starts from)."""
     register_source(spark)
+    if with_version:
+        from pyspark.sql.types import LongType, StructField
+
+        schema = StructType([*schema.fields, StructField(COMMIT_VERSION, LongType(), False)])
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("uri", uri)
               .option("published_uri", published_uri or "")

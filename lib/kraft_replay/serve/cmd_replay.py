@@ -9,7 +9,8 @@ exit 2 with one line on bad input (missing bronze tables, an unknown cluster), n
 
 ``--mode stream`` (:mod:`.replay_stream`) keeps the same tables current with Structured Streaming:
 ``--trigger SECONDS`` runs until interrupted (or ``--run-for``), ``--available-now`` processes what
-is new and stops; its micro-batches resume the stored replay (``--full``: replay whole).
+is new and stops; each cluster's replay is kept in the stream's state store and advanced with each
+micro-batch's records (``--derive-every``: how often the derived tables follow).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster-id", default=None, help="replay only this cluster (default: every cluster in the lake)")
     p.add_argument("--mode", choices=("batch", "stream"), default=None,
                    help="batch (default): replay once; stream: Structured Streaming over the bronze tables, each "
-                        "micro-batch replays the clusters it touched (implied by --trigger / --available-now)")
+                        "cluster's replay kept in the state store and advanced with each micro-batch's records "
+                        "(implied by --trigger / --available-now)")
     p.add_argument("--trigger", type=float, default=None, metavar="SECONDS",
                    help="stream: start a micro-batch every SECONDS (default 1) until interrupted or --run-for")
     p.add_argument("--available-now", action="store_true",
@@ -55,8 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(its stored image as the start); a cluster whose earlier records changed, or whose log is "
                         "small (under 100,000 records), is replayed whole (the summary says why). Stream mode does "
                         "this by default")
-    p.add_argument("--full", action="store_true",
-                   help="stream: each micro-batch replays the clusters it touched whole, from all their bronze rows")
+    p.add_argument("--derive-every", type=float, default=60.0, metavar="SECONDS",
+                   help="stream: recompute image_snapshots, broker_applied, cache_lag and the outcome tables of the "
+                        "clusters touched since, at most every SECONDS (default 60; 0: after every micro-batch) and "
+                        "when the stream stops")
     p.add_argument("--lag-bucket", type=float, default=1.0, metavar="SECONDS",
                    help="time bucket of cache_lag (written when the lake holds broker_progress; default 1)")
     p.set_defaults(func=run)
@@ -82,9 +86,9 @@ def _mode(args: argparse.Namespace) -> str:
     if args.run_for is not None and args.available_now:
         raise _user_error(ValueError("--run-for and --available-now exclude each other: --available-now stops by itself"))
     if mode == "stream" and args.incremental:
-        raise _user_error(ValueError("--incremental is --mode batch's: stream mode is incremental unless --full"))
-    if mode == "batch" and args.full:
-        raise _user_error(ValueError("--full is an option of --mode stream (a batch replay is whole unless --incremental)"))
+        raise _user_error(ValueError("--incremental is --mode batch's: stream mode keeps each cluster's replay current by itself"))
+    if not args.derive_every >= 0:
+        raise _user_error(ValueError(f"--derive-every must be >= 0 seconds, got {args.derive_every:g}"))
     return mode
 
 
@@ -131,7 +135,7 @@ def _run_stream(args: argparse.Namespace, spark, lake, say) -> int:  # noqa: ANN
     try:
         report = run_stream(spark, lake, cluster_id=args.cluster_id, trigger_seconds=args.trigger or 1.0,
                             available_now=args.available_now, checkpoint=args.checkpoint, run_for=args.run_for,
-                            lag_bucket=args.lag_bucket, image_at=args.image_at, incremental=not args.full, say=say)
+                            lag_bucket=args.lag_bucket, image_at=args.image_at, derive_every=args.derive_every, say=say)
     except (ReplayError, IngestError, StreamFailed) as exc:
         raise _user_error(exc) from None
     if args.json:

@@ -1,62 +1,26 @@
-"""``kraft-replay replay --mode stream``: the replay kept current by Structured Streaming (docs/design.md,
-"Stream mode").
-
-One streaming query reads the lake's bronze tables (``metadata_log``, ``metadata_control``,
-``snapshot_records``, ``broker_progress``) through the lake's streaming source, which only ever
-delivers published ingest runs, and hands every micro-batch to ``foreachBatch``:
-
-* clusters with new log rows (any of the three log tables): the silver tables of those clusters are
-  brought up to date (:func:`kraft_replay.replay.run.run_replay` with ``incremental``: the stored
-  replay resumed with the records published since, or replayed whole from the bronze rows when it
-  cannot be), then ``cache_lag`` (:func:`kraft_replay.outcomes.cache_lag.write_cache_lag`);
-* clusters with only new metric samples: ``broker_applied`` and ``cache_lag`` of those clusters
-  (the versioned tables do not read metrics), for clusters the replay already knows;
-* then, when the lake holds client request tables and ``broker_applied``, the outcome tables of every
-  touched cluster (:func:`kraft_replay.outcomes.run.write_outcomes`: consistency tokens, fencing).
-
-Every write is a published run (replacing the clusters' rows, or appending a resumed replay's new
-ones), so the tables always equal a batch replay of the bronze tables as published at some moment: a micro-batch replayed after a crash (Spark
-re-runs the batch whose offsets it logged but did not commit) writes the same rows again, a killed
-run is rolled back by the next one, nothing is duplicated and nothing is skipped. Checkpoints live
-under the lake (``_streams/replay`` by default) so a restart resumes where the last run stopped.
+"""``kraft-replay replay --mode stream``: the live replay (docs/design.md, "Stream mode";
+:mod:`kraft_replay.replay.live_stream`): one Structured Streaming query whose stateful operator keeps
+each cluster's replay in Spark's state store and advances it with each micro-batch's new bronze
+rows; the driver writes each micro-batch's steps with delta-rs commits and one publish. The derived
+tables (``image_snapshots``, ``broker_applied``, ``cache_lag``, the outcome tables) are batch jobs
+run for the touched clusters every ``derive_every`` seconds and when the query stops. Checkpoints
+(the query's offsets and the state store) live under the lake (``_streams/replay`` by default), so a
+restart resumes where the last run stopped.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from kraft_replay.replay.run import BRONZE_INPUTS, PROGRESS
+from kraft_replay.replay.live_stream import LiveReport
+from kraft_replay.replay.run import PROGRESS
 
-__all__ = ["StreamReport", "changes", "default_checkpoint", "run_stream"]
+__all__ = ["LiveReport", "default_checkpoint", "run_stream", "derive"]
 
 STREAMS_DIR = "_streams"
-
-
-@dataclass
-class StreamReport:
-    """What a stream run did: micro-batches, clusters replayed, seconds per batch."""
-
-    batches: int = 0
-    replays: int = 0
-    incremental: int = 0
-    metric_updates: int = 0
-    outcome_updates: int = 0
-    batch_seconds: list[float] = field(default_factory=list)
-
-    def line(self) -> str:
-        if not self.batches:
-            return "replay stream: no new bronze rows"
-        s = sorted(self.batch_seconds)
-        return (f"replay stream: {self.batches} micro-batch(es), {self.replays} cluster replay(s) "
-                f"({self.incremental} resumed, {self.replays - self.incremental} whole), "
-                f"{self.metric_updates} metrics-only update(s), {self.outcome_updates} outcome update(s); seconds per batch p50 {s[len(s) // 2]:.1f}, "
-                f"max {s[-1]:.1f}")
 
 
 def default_checkpoint(lake_root: str, cluster_id: str | None) -> str:
@@ -64,69 +28,51 @@ def default_checkpoint(lake_root: str, cluster_id: str | None) -> str:
     return f"{lake_root.rstrip('/')}/{STREAMS_DIR}/replay" + ("" if cluster_id is None else f"-{cluster_id}")
 
 
-def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | None = None) -> DataFrame:  # noqa: ANN001
-    """A streaming DataFrame ``(cluster_id, source)`` of every row published into the bronze log and
-    metric tables from now on (the query's first batch: every row already there); at most
-    ``max_files_per_trigger`` data files of each table per micro-batch."""
-    parts = [lake.read_stream(t, max_files_per_trigger=max_files_per_trigger).select("cluster_id", F.lit(t).alias("source")) for t in (*BRONZE_INPUTS, PROGRESS)]
-    df = reduce(DataFrame.unionByName, parts)
-    return df if cluster_id is None else df.where(F.col("cluster_id") == F.lit(cluster_id))
+def derive(spark: SparkSession, lake, clusters: Sequence[str], *, lag_bucket: float = 1.0,  # noqa: ANN001 - a Lake
+           image_at: Sequence[int] = (), say: Callable[[str], None] = print) -> None:
+    """The derived tables of ``clusters`` from the lake's silver tables, as the batch jobs write them:
+    ``image_snapshots``, ``broker_applied`` and ``cache_lag`` (with broker metrics), the outcome tables
+    (with client requests)."""
+    import uuid
 
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-def _micro_batch(spark: SparkSession, lake, batch: DataFrame, batch_id: int, report: StreamReport,  # noqa: ANN001
-                 say: Callable[[str], None], lag_bucket: float, image_at: Sequence[int], incremental: bool) -> None:
     from kraft_replay.outcomes.cache_lag import write_cache_lag
     from kraft_replay.outcomes.run import write_outcomes
-    from kraft_replay.replay.run import run_broker_applied, run_replay
+    from kraft_replay.replay.images import image_snapshots
+    from kraft_replay.replay.run import cluster_where, run_broker_applied
+    from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, VERSIONED_TABLES
 
-    t0 = time.time()
-    counts = batch.groupBy("cluster_id", "source").count().collect()
-    if not counts:
-        return
-    log_clusters = sorted({r["cluster_id"] for r in counts if r["source"] != PROGRESS})
-    metric_only = sorted({r["cluster_id"] for r in counts if r["source"] == PROGRESS} - set(log_clusters))
-    if metric_only and lake.exists("log_commit"):  # clusters the replay knows (as batch mode writes them)
-        known = {r["cluster_id"] for r in lake.read("log_commit").select("cluster_id").distinct().collect()}
-        metric_only = [c for c in metric_only if c in known]
-    else:
-        metric_only = []
-    rows = sum(r["count"] for r in counts)
-    sub = lambda line: say("  " + line.strip())  # noqa: E731 - the steps' lines, indented under the batch's
-    say(f"batch {batch_id}: {rows} new bronze row(s); replaying {', '.join(log_clusters) or 'nothing'}"
-        + (f"; metrics of {', '.join(metric_only)}" if metric_only else ""))
-    if log_clusters:
-        summary = run_replay(spark, lake, clusters=log_clusters, say=sub, image_at=image_at, incremental=incremental)
-        report.replays += len(summary.clusters)
-        report.incremental += sum(m.startswith("INCREMENTAL") for m in summary.modes.values())
-        write_cache_lag(lake, summary.clusters, say=sub, bucket_s=lag_bucket)
-    if metric_only:
-        run_broker_applied(spark, lake, metric_only, say=sub)
-        write_cache_lag(lake, metric_only, say=sub, bucket_s=lag_bucket)
-        report.metric_updates += len(metric_only)
-    touched = sorted({*log_clusters, *metric_only})
-    if touched and write_outcomes(spark, lake, touched, say=sub) is not None:
-        report.outcome_updates += len(touched)
-    report.batches += 1
-    report.batch_seconds.append(time.time() - t0)
-    say(f"batch {batch_id}: published in {time.time() - t0:.1f} s")
+    clusters = sorted(set(clusters))
+    where = cluster_where(clusters)
+    pairs = [(c, o) for c in clusters for o in sorted(set(image_at))]
+    requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long") if pairs else None
+    snaps = image_snapshots({t: lake.read(t, where=where) for t in VERSIONED_TABLES}, requested)
+    r = lake.replace_published(IMAGE_SNAPSHOTS, snaps, where, "images-" + uuid.uuid4().hex[:12],
+                               schema=from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
+    say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version})")
+    run_broker_applied(spark, lake, clusters, say=say)
+    write_cache_lag(lake, clusters, say=say, bucket_s=lag_bucket)
+    write_outcomes(spark, lake, clusters, say=say)
 
 
 def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
                trigger_seconds: float | None = 1.0, available_now: bool = False, checkpoint: str | None = None,
                run_for: float | None = None, lag_bucket: float = 1.0, image_at: Sequence[int] = (),
-               max_files_per_trigger: int | None = None, incremental: bool = True,
-               say: Callable[[str], None] = print) -> StreamReport:
-    """Run the replay stream until it is idle (``available_now``), ``run_for`` seconds have passed,
-    or it is interrupted; returns what it did. A continuous stream on a lake without bronze tables yet
+               max_files_per_trigger: int | None = None, derive_every: float = 60.0,
+               say: Callable[[str], None] = print) -> LiveReport:
+    """Run the live replay until it is idle (``available_now``), ``run_for`` seconds have passed, or
+    it is interrupted; returns what it did. A continuous stream on a lake without bronze tables yet
     waits for them (:func:`wait_for_bronze`); ``available_now`` on such a lake is a one-line
-    :class:`~kraft_replay.replay.run.ReplayError`. A failing micro-batch stops the query and raises.
-    ``incremental``: each touched cluster's stored replay is resumed with the records published since
-    (``run_replay(incremental=True)``); False: replayed whole."""
+    :class:`~kraft_replay.replay.run.ReplayError`. A failing micro-batch stops the query and raises
+    :class:`StreamFailed`."""
     from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
+    from kraft_replay.lake.stream import sink_app_id
+    from kraft_replay.replay.live_stream import OUTPUT, LiveReplay, changes, ensure_silver_tables, micro_batch
     from kraft_replay.replay.run import check_bronze
 
     started = time.monotonic()
-    report = StreamReport()
+    report = LiveReport()
     if not available_now and not wait_for_bronze(lake, say, None if run_for is None else started + run_for):
         return report  # --run-for passed (or Ctrl-C) before an ingest made the bronze tables
     check_bronze(lake)
@@ -134,11 +80,32 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
         run_for = max(0.1, run_for - (time.monotonic() - started))
     # broker_progress is watched from the start, so that metrics ingested later reach the stream
     ensure_bronze_tables(lake, [METRICS_BRONZE_TABLES[PROGRESS]])
+    ensure_silver_tables(lake)
     ckpt = checkpoint or default_checkpoint(lake.root, cluster_id)
     trig = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds:g} seconds"}
-    query = (changes(lake, cluster_id, max_files_per_trigger).writeStream
-             .foreachBatch(lambda df, bid: _micro_batch(spark, lake, df, bid, report, say, lag_bucket, image_at, incremental))
-             .option("checkpointLocation", ckpt).trigger(**trig).queryName("kraft_replay_replay").start())
+    pending: set[str] = set()
+    last_derive = [time.monotonic()]
+    query_id: list[str] = []
+
+    def due(force: bool = False) -> None:
+        if pending and (force or time.monotonic() - last_derive[0] >= derive_every):
+            t0 = time.time()
+            derive(spark, lake, sorted(pending), lag_bucket=lag_bucket, image_at=image_at, say=lambda s: say("  " + s.strip()))
+            say(f"derived tables of {', '.join(sorted(pending))} in {time.time() - t0:.1f} s")
+            pending.clear()
+            report.derived += 1
+            last_derive[0] = time.monotonic()
+
+    def sink(batch, batch_id: int) -> None:  # noqa: ANN001 - a DataFrame
+        if not query_id:
+            query_id.append(sink_app_id(ckpt, "live").rsplit("-", 1)[-1])
+        micro_batch(lake, batch, batch_id, query_id[0], report, pending, say)
+        due()
+
+    live = (changes(lake, cluster_id, max_files_per_trigger).groupBy("cluster_id")
+            .transformWithStateInPandas(LiveReplay(lake.root), OUTPUT, "Append", "None"))
+    query = (live.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).trigger(**trig)
+             .queryName("kraft_replay_live").start())
     say(f"replay stream: checkpoint {ckpt}; " + ("processing what is new, then stopping" if available_now else
                                                  f"trigger every {trigger_seconds:g} s"
                                                  + (f" for {run_for:g} s" if run_for else " until interrupted")))
@@ -156,6 +123,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     exc = query.exception()
     if exc is not None:
         raise StreamFailed(_first_line(str(exc))) from None
+    due(force=True)
     return report
 
 

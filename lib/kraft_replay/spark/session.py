@@ -408,6 +408,11 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
         # in the JVM (five Py4J round trips each): 60% of the round trips of building a replay's plan.
         # Its only use is the Python line in an analysis error's context; ours are one line anyway.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # the live replay's per-cluster state (replay --mode stream: transformWithStateInPandas)
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # pandas hand-offs (the stream's stateful operator) carry times as UTC, as the tables hold them
+        "spark.sql.session.timeZone": "UTC",
     }
     if local:
         settings.update({"spark.executor.extraJavaOptions": java_opts,

@@ -1,0 +1,309 @@
+"""The live replay as a Structured Streaming query (docs/design.md, "Stream mode"): each cluster's
+:class:`~kraft_replay.replay.live.LiveCluster` kept in Spark's state store (RocksDB) by
+``transformWithStateInPandas`` keyed by cluster id, advanced with each micro-batch's new bronze rows,
+and its steps written by the driver with delta-rs commits and one publish per micro-batch.
+
+* **Input**: the bronze ``metadata_log``, ``metadata_control`` and ``snapshot_records`` rows the
+  lake's streaming source delivers (published runs only), each tagged with its table and the table
+  version that added it, plus the clusters of new ``broker_progress`` samples.
+* **The operator** (:class:`LiveReplay`): the state is the pickled live replay and, per bronze table,
+  the version through which a whole replay already read it. New rows go to
+  :meth:`LiveCluster.step`; a cluster seen for the first time, or a step the kernel cannot absorb
+  (:class:`~kraft_replay.replay.live.Unabsorbable`), is replayed whole by the sequential rules from
+  the cluster's bronze rows read with delta-rs at the versions delivered so far (rows delivered later
+  from those versions are then skipped). Out comes, per cluster, each changed table's rows as Arrow
+  IPC.
+* **The sink** (:func:`write_steps`, on the driver, no Spark plan): one Spark job brings the
+  operator's output over as Arrow; per cluster the versioned tables' files holding open versions are
+  rewritten (closed versions into files of their own), ``log_batches`` and ``log_commit`` merged,
+  anomalies appended, a whole replay replaces the cluster's rows; ``replay_progress`` says what ran
+  and why; then one publish. The run id is ``live-<query>-<batch>``: a micro-batch Spark runs again
+  after a crash finds its run in ``replay_progress`` and writes nothing twice (a run killed before
+  its publish is rolled back by the next one).
+* **Derived tables** (``image_snapshots``, ``broker_applied``, ``cache_lag`` and the outcome tables)
+  stay batch DataFrame jobs, run for the clusters touched since their last run every
+  ``derive_every`` seconds and when the query stops.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA
+from kraft_replay.lake.stream import COMMIT_VERSION
+from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable
+from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
+
+__all__ = ["BRONZE", "OUTPUT", "LiveReplay", "changes", "write_steps", "steps_of", "LiveReport"]
+
+#: the bronze tables the live replay reads, and their schemas
+BRONZE = {"metadata_log": LOG_SCHEMA, "metadata_control": CONTROL_SCHEMA, "snapshot_records": SNAPSHOT_SCHEMA}
+METRICS = "broker_progress"
+# the operator's extra input columns (names without a leading underscore: pandas hand-offs rename those)
+SOURCE = "kr_source"
+VERSION = "kr_version"
+#: the operator's output: per cluster and table, the step's rows as Arrow IPC
+OUTPUT = StructType([StructField("cluster_id", StringType()), StructField("kind", StringType()),
+                     StructField("name", StringType()), StructField("data", BinaryType()),
+                     StructField("reason", StringType()), StructField("records", LongType())])
+QUARANTINE = "ingest_quarantine"
+DIVERGENT = "DIVERGENT_UNCOMMITTED"
+
+
+def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | None = None) -> DataFrame:  # noqa: ANN001
+    """A streaming DataFrame of every bronze row published from now on (the first micro-batch: every
+    row already there): the three log tables' rows (``kr_source``: the table, ``kr_version``: the table
+    version that added it) and
+    the ``cluster_id`` of new ``broker_progress`` samples."""
+    parts = [lake.read_stream(t, max_files_per_trigger=max_files_per_trigger, with_version=True)
+             .withColumnRenamed(COMMIT_VERSION, VERSION).withColumn(SOURCE, F.lit(t)) for t in BRONZE]
+    parts.append(lake.read_stream(METRICS, max_files_per_trigger=max_files_per_trigger)
+                 .select("cluster_id", F.lit(METRICS).alias(SOURCE)))
+    df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    return df if cluster_id is None else df.where(F.col("cluster_id") == F.lit(cluster_id))
+
+
+def _ipc(t: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(b: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(b)).read_all()
+
+
+def _arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """A table's rows as the operator gets them (pandas) back in the bronze contract's Arrow types."""
+    if pdf.empty:
+        return schema.empty_table()
+    return pa.Table.from_pandas(pdf[schema.names], schema=schema, preserve_index=False)
+
+
+def read_bronze(lake_root: str, cluster_id: str, versions: dict[str, int | None],  # noqa: ANN001
+                storage_options: dict[str, str] | None = None) -> list[pa.Table]:
+    """The cluster's rows of the three bronze tables at ``versions`` (None: the published version),
+    read with delta-rs (no Spark)."""
+    from kraft_replay.lake import Lake
+
+    lake = Lake(lake_root, None, backend="deltars", storage_options=storage_options)
+    out = []
+    for t, schema in BRONZE.items():
+        if not lake.exists(t):
+            out.append(schema.empty_table())
+            continue
+        got = lake.read_arrow(t, schema.names, version=versions.get(t), partitions=[("cluster_id", "=", cluster_id)])
+        out.append(got.select(schema.names).cast(schema))
+    return out
+
+
+class LiveReplay(StatefulProcessor):
+    """The stream's stateful operator (see the module docstring), keyed by cluster id."""
+
+    def __init__(self, lake_root: str, storage_options: dict[str, str] | None = None) -> None:
+        self.lake_root = lake_root
+        self.storage_options = storage_options
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("live", StructType([StructField("blob", BinaryType())]))
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
+        cid = key[0]
+        pdf = pd.concat(list(rows), ignore_index=True)
+        metrics = bool((pdf[SOURCE] == METRICS).any())
+        held = pickle.loads(self.state.get()[0]) if self.state.exists() else None
+        live, read = held if held is not None else (None, {})
+        got, delivered = {}, {}
+        for t, schema in BRONZE.items():
+            sub = pdf[pdf[SOURCE] == t]
+            if len(sub):
+                delivered[t] = int(sub[VERSION].max())
+                sub = sub[sub[VERSION] > read.get(t, -1)]  # a whole replay read these already
+            got[t] = _arrow(sub, schema)
+        new = any(x.num_rows for x in got.values())
+        out: list[dict[str, Any]] = []
+        if new or live is None and delivered:
+            step, reason = None, "the cluster's first rows in this stream"
+            if live is not None:
+                try:
+                    step = live.step(*got.values())
+                except Unabsorbable as exc:
+                    reason = str(exc)
+            if step is None:
+                versions = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in BRONZE}
+                versions = {t: (v if v >= 0 else None) for t, v in versions.items()}
+                live, step = LiveCluster.replay(cid, *read_bronze(self.lake_root, cid, versions, self.storage_options),
+                                                reason=reason)
+                read = {t: v for t, v in versions.items() if v is not None}
+            self.state.update((pickle.dumps((live, read)),))
+            kind = "whole" if step.whole else "step"
+            for name, t in step.tables.items():
+                out.append({"cluster_id": cid, "kind": kind, "name": name, "data": _ipc(t), "reason": step.reason,
+                            "records": step.records})
+            if step.whole:
+                out.append({"cluster_id": cid, "kind": kind, "name": QUARANTINE, "data": _ipc(step.quarantine),
+                            "reason": step.reason, "records": step.records})
+        if metrics:
+            out.append({"cluster_id": cid, "kind": "metrics", "name": METRICS, "data": None, "reason": None, "records": 0})
+        if out:
+            yield pd.DataFrame(out, columns=OUTPUT.fieldNames())
+
+    def close(self) -> None:
+        pass
+
+
+def steps_of(rows: pa.Table) -> tuple[list[Step], list[str]]:
+    """The operator's output of one micro-batch (as Arrow): the steps, and the clusters with new metric
+    samples."""
+    steps: dict[str, Step] = {}
+    metrics: list[str] = []
+    for r in rows.to_pylist():
+        cid = r["cluster_id"]
+        if r["kind"] == "metrics":
+            metrics.append(cid)
+            continue
+        s = steps.setdefault(cid, Step(cid, r["kind"] == "whole", {}, reason=r["reason"], records=r["records"] or 0))
+        t = _from_ipc(r["data"])
+        if r["name"] == QUARANTINE:
+            s.quarantine = t
+        else:
+            s.tables[r["name"]] = t
+    return [steps[c] for c in sorted(steps)], sorted(set(metrics))
+
+
+def _may_hold_open(stats) -> bool:  # noqa: ANN001 - a kraft_replay.lake.FileStats or None
+    """Whether a versioned table's file may hold an open version (``valid_to_offset`` null)."""
+    nulls = None if stats is None else stats.null_count.get("valid_to_offset")
+    return nulls is None or nulls > 0
+
+
+def _closed(t: pa.Table) -> pa.Table:
+    return t.filter(pc.is_valid(t.column("valid_to_offset")))
+
+
+def _open(t: pa.Table) -> pa.Table:
+    return t.filter(pc.is_null(t.column("valid_to_offset")))
+
+
+def ensure_silver_tables(lake) -> None:  # noqa: ANN001 - a Lake
+    """Create the silver tables, ``replay_progress`` and ``ingest_quarantine`` where missing."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from kraft_replay.replay.incremental import REPLAY_PROGRESS, REPLAY_PROGRESS_SCHEMA
+
+    for name, spec in SILVER_TABLES.items():
+        lake.create_table(name, from_arrow_schema(spec.schema), partition_by=list(spec.partition_by))
+    lake.create_table(REPLAY_PROGRESS, from_arrow_schema(REPLAY_PROGRESS_SCHEMA), partition_by=["cluster_id"])
+    lake.create_table(QUARANTINE, from_arrow_schema(QUARANTINE_SCHEMA), partition_by=["cluster_id"])
+
+
+def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | None:  # noqa: ANN001 - a Lake
+    """Write the steps of one micro-batch in one published run ``run_id`` (see the module docstring);
+    None when that run is already in ``replay_progress`` (a micro-batch run again: nothing written).
+    Returns the published versions."""
+    import datetime as dt
+
+    from kraft_replay.ingest.pipeline import fault
+    from kraft_replay.replay.incremental import REPLAY_PROGRESS, REPLAY_PROGRESS_SCHEMA
+
+    if not steps:
+        return {}
+    ensure_silver_tables(lake)
+    done = lake.read_arrow(REPLAY_PROGRESS, ["run_id"], filter=pc.field("run_id") == run_id)
+    if done.num_rows:
+        return None
+    names = sorted({n for s in steps for n in s.tables} | {REPLAY_PROGRESS}
+                   | ({QUARANTINE} if any(s.whole for s in steps) else set()))
+    lake.start_run(run_id, names)
+    try:
+        now = dt.datetime.now(dt.timezone.utc)
+        progress = []
+        for s in steps:
+            part = {"cluster_id": s.cluster_id}
+            for name, rows in s.tables.items():
+                if s.whole:
+                    lake.rewrite_arrow(name, part, lambda old, r=rows: [r])
+                elif name in VERSIONED_TABLES:
+                    lake.rewrite_arrow(name, part, lambda old, r=rows: [pa.concat_tables([_closed(old), _closed(r)]), _open(r)],
+                                       touched=_may_hold_open, columns=["valid_to_offset"])
+                elif name == "log_batches":
+                    lake.merge_arrow(name, rows, BATCH_KEY)
+                elif name == "log_commit":
+                    lake.merge_arrow(name, rows, ["cluster_id"])
+                else:
+                    lake.append_arrow(name, rows)
+                fault("kill-after-commit", name)  # test hook: KRAFT_REPLAY_FAULT=kill-after-commit:<table>
+            if s.whole:
+                q = s.quarantine
+                lake.rewrite_arrow(QUARANTINE, part, lambda old, q=q: [
+                    old.filter(pc.invert(pc.equal(pc.fill_null(old.column("reason_code"), ""), DIVERGENT))), q])
+            commit = s.tables["log_commit"].to_pylist()
+            last = commit[0]["last_offset"] if commit else None
+            progress.append({"cluster_id": s.cluster_id, "replayed_at": now, "run_id": run_id,
+                             "mode": "FULL" if s.whole else "LIVE", "reason": s.reason if s.whole else None,
+                             "through_offset": last, "new_records": s.records})
+        lake.merge_arrow(REPLAY_PROGRESS, pa.Table.from_pylist(progress, schema=REPLAY_PROGRESS_SCHEMA), ["cluster_id"])
+        return lake.publish(names, run_id)
+    except BaseException:
+        lake.end_run()
+        raise
+
+
+@dataclass
+class LiveReport:
+    """What a live stream run did."""
+
+    batches: int = 0
+    steps: int = 0
+    whole: int = 0
+    reasons: list[str] = field(default_factory=list)
+    derived: int = 0
+    batch_seconds: list[float] = field(default_factory=list)
+
+    def line(self) -> str:
+        if not self.batches:
+            return "replay stream: no new bronze rows"
+        s = sorted(self.batch_seconds)
+        return (f"replay stream: {self.batches} micro-batch(es), {self.steps} cluster step(s) ({self.whole} whole "
+                f"replay(s)), derived tables {self.derived} time(s); seconds per batch p50 {s[len(s) // 2]:.2f}, max {s[-1]:.2f}")
+
+
+def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: LiveReport,  # noqa: ANN001
+                pending: set[str], say: Callable[[str], None]) -> None:
+    """The sink of one micro-batch: the operator's output as Arrow (one Spark job), written by
+    :func:`write_steps`; the touched clusters join ``pending`` (their derived tables are due)."""
+    t0 = time.time()
+    rows = batch.toArrow()
+    if rows.num_rows == 0:
+        return
+    steps, metrics = steps_of(rows)
+    run_id = f"live-{query_id[:8]}-{batch_id}"
+    published = write_steps(lake, steps, run_id)
+    pending.update(s.cluster_id for s in steps)
+    pending.update(metrics)
+    report.batches += 1
+    report.steps += len(steps)
+    for s in steps:
+        if s.whole:
+            report.whole += 1
+            report.reasons.append(f"{s.cluster_id}: {s.reason}")
+    report.batch_seconds.append(time.time() - t0)
+    what = ", ".join(f"{s.cluster_id} {'replayed whole (' + str(s.reason) + ')' if s.whole else f'+{s.records} record(s)'}"
+                     for s in steps) or "no log rows"
+    note = " (already written: a micro-batch run again)" if published is None else ""
+    say(f"batch {batch_id}: {what}" + (f"; metrics of {', '.join(metrics)}" if metrics else "")
+        + f"; published in {time.time() - t0:.2f} s{note}")
