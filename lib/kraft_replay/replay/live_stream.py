@@ -290,6 +290,7 @@ def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: Li
     rows = batch.toArrow()
     if rows.num_rows == 0:
         return
+    t1 = time.time()
     steps, metrics = steps_of(rows)
     run_id = f"live-{query_id[:8]}-{batch_id}"
     published = write_steps(lake, steps, run_id)
@@ -306,4 +307,4 @@ def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: Li
                      for s in steps) or "no log rows"
     note = " (already written: a micro-batch run again)" if published is None else ""
     say(f"batch {batch_id}: {what}" + (f"; metrics of {', '.join(metrics)}" if metrics else "")
-        + f"; published in {time.time() - t0:.2f} s{note}")
+        + f"; published in {time.time() - t0:.2f} s (operator {t1 - t0:.2f} s, commits {time.time() - t1:.2f} s){note}")

@@ -3,13 +3,15 @@
 each cluster's replay in Spark's state store and advances it with each micro-batch's new bronze
 rows; the driver writes each micro-batch's steps with delta-rs commits and one publish. The derived
 tables (``image_snapshots``, ``broker_applied``, ``cache_lag``, the outcome tables) are batch jobs
-run for the touched clusters every ``derive_every`` seconds and when the query stops. Checkpoints
+run for the touched clusters every ``derive_every`` seconds, in a thread beside the stream (0: after
+each micro-batch, in it), and when the query stops. Checkpoints
 (the query's offsets and the state store) live under the lake (``_streams/replay`` by default), so a
 restart resumes where the last run stopped.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -86,15 +88,44 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     pending: set[str] = set()
     last_derive = [time.monotonic()]
     query_id: list[str] = []
+    # the derived tables are Spark batch jobs: beside the stream (a thread of their own, on a Lake object
+    # of their own: its runs are its own), so that a derive never holds up the micro-batches
+    from kraft_replay.lake import Lake
+
+    derive_lake = Lake(lake.root, spark, backend=lake.backend, target_file_rows=lake.target_file_rows,
+                       storage_options=getattr(lake._impl, "storage_options", None))
+    worker: list[threading.Thread] = []
+    failed: list[BaseException] = []
+
+    def run_derive(clusters: list[str]) -> None:
+        t0 = time.time()
+        try:
+            derive(spark, derive_lake, clusters, lag_bucket=lag_bucket, image_at=image_at, say=lambda s: say("  " + s.strip()))
+        except BaseException as exc:  # noqa: BLE001 - raised in the stream's thread (due)
+            failed.append(exc)
+            return
+        report.derived += 1
+        say(f"derived tables of {', '.join(clusters)} in {time.time() - t0:.1f} s")
 
     def due(force: bool = False) -> None:
+        """Start the derive when it is due (``force``: now, and wait for it); a failed one raises here."""
+        if worker and worker[0].is_alive():
+            if not force:
+                return
+            worker[0].join()
+        if failed:
+            raise failed.pop()
         if pending and (force or time.monotonic() - last_derive[0] >= derive_every):
-            t0 = time.time()
-            derive(spark, lake, sorted(pending), lag_bucket=lag_bucket, image_at=image_at, say=lambda s: say("  " + s.strip()))
-            say(f"derived tables of {', '.join(sorted(pending))} in {time.time() - t0:.1f} s")
+            clusters = sorted(pending)
             pending.clear()
-            report.derived += 1
             last_derive[0] = time.monotonic()
+            if force or derive_every == 0:
+                run_derive(clusters)
+                if failed:
+                    raise failed.pop()
+            else:
+                worker[:] = [threading.Thread(target=run_derive, args=(clusters,), name="kraft-replay-derive", daemon=True)]
+                worker[0].start()
 
     def sink(batch, batch_id: int) -> None:  # noqa: ANN001 - a DataFrame
         if not query_id:
