@@ -235,7 +235,9 @@ def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | No
         for s in steps:
             part = {"cluster_id": s.cluster_id}
             for name, rows in s.tables.items():
-                if s.whole:
+                if s.whole and name in VERSIONED_TABLES:  # closed and open versions in files of their own
+                    lake.rewrite_arrow(name, part, lambda old, r=rows: [_closed(r), _open(r)])
+                elif s.whole:
                     lake.rewrite_arrow(name, part, lambda old, r=rows: [r])
                 elif name in VERSIONED_TABLES:
                     lake.rewrite_arrow(name, part, lambda old, r=rows: [pa.concat_tables([_closed(old), _closed(r)]), _open(r)],
