@@ -22,7 +22,7 @@ from urllib.parse import unquote
 # Subcommand modules, in the order `--help` lists them. Missing modules are skipped so the
 # CLI keeps working while later issues add theirs.
 SUBCOMMANDS = ("demo", "tables", "ingest", "ingest_metrics", "generate", "replay", "image", "outcomes", "features", "sql", "dashboard", "report",
-               "redact")
+               "redact", "live")
 
 
 class UserError(Exception):
