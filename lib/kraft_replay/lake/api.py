@@ -558,12 +558,10 @@ class Lake:
 
     def read_stream(self, name: str, max_files_per_trigger: int | None = None,
                     max_rows_per_trigger: int | None = None, starting_version: int | None = None,
-                    skip_change_commits: bool = False, with_version: bool = False) -> DataFrame:
+                    skip_change_commits: bool = False) -> DataFrame:
         """A streaming DataFrame over ``name``: the snapshot at start (or the commits from
         ``starting_version`` on), then each new commit's added rows. A commit that removes rows
         (overwrite/merge) fails the query unless ``skip_change_commits`` skips such commits.
-        ``with_version`` (embedded backend): each row also carries ``_commit_version``, the table
-        version that added it (``kraft_replay.lake.stream.COMMIT_VERSION``).
 
         A published table is streamed as readers see it: offsets never pass its published version,
         and the commits of a rolled-back run are skipped (see ``lake.publish``)."""
@@ -572,12 +570,21 @@ class Lake:
         if starting_version is not None and published is not None and starting_version > published:
             raise InvalidArgumentError(f"table {name!r}: starting_version {starting_version} is past its published "
                                        f"version {published}")
-        if with_version and self.backend != "deltars":
-            raise InvalidArgumentError(f"table {name!r}: with_version needs the embedded backend (deltars)")
-        extra = {"with_version": True} if with_version else {}
         return self._impl.read_stream(name, max_files_per_trigger=max_files_per_trigger,
                                       max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
-                                      skip_change_commits=skip_change_commits, published=published is not None, **extra)
+                                      skip_change_commits=skip_change_commits, published=published is not None)
+
+    def read_stream_tables(self, names: list[str], max_files_per_trigger: int | None = None,
+                           with_version: bool = False) -> DataFrame:
+        """One streaming DataFrame over several tables (embedded backend): every micro-batch ends, in
+        each table, at its published version as one read of ``_published`` gives them, so a run that
+        published several of them at once is read whole in all of them or not at all (per-trigger
+        limits cut each table apart). Columns: every table's by name, ``_table`` (the row's table) and,
+        ``with_version``, ``_commit_version`` (the table version whose commit added the row)."""
+        names = [_valid_name(n) for n in names]
+        if self.backend != "deltars":
+            raise InvalidArgumentError("read_stream_tables needs the embedded backend (deltars)")
+        return self._impl.read_stream_tables(names, max_files_per_trigger=max_files_per_trigger, with_version=with_version)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> StreamingQuery:

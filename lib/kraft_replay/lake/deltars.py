@@ -929,7 +929,7 @@ class DeltaRsBackend:
 
     def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
                     max_rows_per_trigger: int | None = None, starting_version: int | None = None,
-                    skip_change_commits: bool = False, published: bool = False, with_version: bool = False) -> DataFrame:
+                    skip_change_commits: bool = False, published: bool = False) -> DataFrame:
         """Streaming DataFrame over ``name`` via the lake's Python data source (see ``lake.stream``).
         Offsets stop at the table's published version whenever it has one (``published`` is implied)."""
         from kraft_replay.lake.publish import PUBLISHED
@@ -947,7 +947,23 @@ class DeltaRsBackend:
                             max_files_per_trigger=max_files_per_trigger,
                             max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
                             skip_change_commits=skip_change_commits,
-                            published_uri=self.location(PUBLISHED).uri, table_name=name, with_version=with_version)
+                            published_uri=self.location(PUBLISHED).uri, table_name=name)
+
+    def read_stream_tables(self, names: list[str], *, max_files_per_trigger: int | None = None,
+                           with_version: bool = False) -> DataFrame:
+        """One streaming DataFrame over several tables, each micro-batch ending at one published moment
+        in all of them (``lake.stream.stream_tables``)."""
+        from kraft_replay.lake.publish import PUBLISHED
+        from kraft_replay.lake.stream import stream_tables
+
+        if max_files_per_trigger is not None and max_files_per_trigger < 1:
+            raise InvalidArgumentError(f"max_files_per_trigger must be >= 1, got {max_files_per_trigger}")
+        specs = []
+        for name in names:
+            snap = self._open(name)
+            specs.append((name, self.location(name).uri, to_spark_schema(snap.schema()), list(snap.metadata().partition_columns)))
+        return stream_tables(self.spark, specs, published_uri=self.location(PUBLISHED).uri,
+                             max_files_per_trigger=max_files_per_trigger, with_version=with_version)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> Any:

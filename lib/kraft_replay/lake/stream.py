@@ -47,6 +47,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 SOURCE_NAME = "kraft_replay_lake"
+TABLES_SOURCE_NAME = "kraft_replay_lake_tables"
 _BATCH_ROWS = 65_536
 
 
@@ -64,8 +65,11 @@ class _File:
     partition_values: dict[str, str | None]
 
 
-#: the column a stream read ``with_version`` adds: the table version whose commit added the row's file
+#: the column :func:`stream_tables` adds ``with_version``: the table version whose commit added the row's
+#: file (the snapshot's version for the rows of the snapshot a query starts from)
 COMMIT_VERSION = "_commit_version"
+#: the column a stream of several tables (:func:`stream_tables`) adds: the table of the row
+TABLE_COLUMN = "_table"
 
 
 class FileBin(InputPartition):
@@ -123,6 +127,7 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.skip_change_commits = options.get("skip_change_commits", "false") == "true"
         self.published_uri = options.get("published_uri") or None
         self.table_name = options.get("table_name") or None
+        self.table_label = options.get("table_label") or None  # the TABLE_COLUMN value (stream_tables)
         self._fs, self._path = _fs_for(self.uri)
         self._cache: dict[tuple[int, int], list[_File]] = {}
         self._commits: dict[int, tuple[list[_File], bool, int | None]] = {}
@@ -313,6 +318,8 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     for field in target:
                         if field.name == COMMIT_VERSION:
                             arr = pa.array(np.full(n, version, dtype=np.int64))
+                        elif field.name == TABLE_COLUMN and self.table_label is not None:
+                            arr = pa.array([self.table_label] * n, pa.string())
                         elif field.name in parts:
                             value = pvalues.get(field.name)
                             arr = pa.nulls(n, field.type) if value is None else \
@@ -325,6 +332,103 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             arr = pa.nulls(n, field.type)
                         arrays.append(arr)
                     yield pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+class TableBin(InputPartition):
+    """A Spark partition of a stream of several tables: whole files of one table."""
+
+    def __init__(self, table: str, files: list[tuple[str, dict[str, str | None], int]]) -> None:
+        super().__init__((table, files))
+        self.table = table
+        self.files = files
+
+
+class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Several tables of one lake as one stream (:func:`stream_tables`): a reader per table (the offset
+    rule of :class:`LakeStreamReader`), and every micro-batch ends, in each table, at its published
+    version as one read of the lake's ``_published`` table gives them — the same published moment
+    for all (a table never published: its head). A run that publishes several tables at once (an
+    ingest run) is then read whole or not at all, in every table (without per-trigger limits, which
+    cut each table apart). The offset is ``{table: the table's offset}``."""
+
+    def __init__(self, schema: StructType, options: dict[str, str]) -> None:
+        self.schema = schema
+        self.published_uri = options.get("published_uri") or None
+        shared = {k: v for k, v in options.items() if k in ("max_files", "max_rows", "bins", "skip_change_commits")}
+        self.subs: dict[str, LakeStreamReader] = {}
+        for spec in json.loads(options["tables"]):
+            sub_options = dict(shared, uri=spec["uri"], partition_by=json.dumps(spec["partition_by"]),
+                               table_label=spec["name"])
+            self.subs[spec["name"]] = LakeStreamReader(schema, sub_options)
+        self._until: dict[str, int] | None = None  # Trigger.AvailableNow: last version of each table
+
+    def _caps(self) -> dict[str, int]:
+        """Each table's newest version to read: its published version in one read of ``_published`` (a
+        table never published: its head), read before the heads so that a later commit is not seen."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        published: dict[str, int] = {}
+        if self.published_uri:
+            try:
+                for r in DeltaTable(self.published_uri).to_pyarrow_table(columns=["table_name", "version"]).to_pylist():
+                    published[r["table_name"]] = max(published.get(r["table_name"], -1), int(r["version"]))
+            except TableNotFoundError:
+                pass
+        out = {}
+        for name, sub in self.subs.items():
+            head = sub._latest()
+            out[name] = head if name not in published else min(head, published[name])
+        return out
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._until = self._caps()
+
+    def initialOffset(self) -> dict:
+        caps = self._caps()
+        return {name: {"snapshot": v, "version": v, "index": 0} for name, v in caps.items()}
+
+    def getDefaultReadLimit(self) -> Any:
+        return next(iter(self.subs.values())).getDefaultReadLimit()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        caps = self._until or self._caps()
+        out = {}
+        for name, sub in self.subs.items():
+            sub._until = caps[name]
+            try:
+                out[name] = sub.latestOffset(start[name], limit)
+            finally:
+                sub._until = None
+        return out
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [TableBin(name, fb.files) for name, sub in self.subs.items()
+                for fb in sub.partitions(start[name], end[name])]
+
+    def commit(self, end: dict) -> None:
+        for name, sub in self.subs.items():
+            sub.commit(end[name])
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.subs[partition.table].read(partition)  # type: ignore[attr-defined]
+
+
+class TablesStreamSource(DataSource):
+    """``spark.readStream.format("kraft_replay_lake_tables")``: several embedded-backend tables as one stream."""
+
+    @classmethod
+    def name(cls) -> str:
+        return TABLES_SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return StructType.fromJson(json.loads(self.options["schema"]))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TablesStreamReader(schema, dict(self.options))
 
 
 class LakeStreamSource(DataSource):
@@ -348,24 +452,18 @@ def register_source(spark: SparkSession) -> None:
     """Register the data source with ``spark`` (once per session)."""
     if id(spark) not in _REGISTERED:
         spark.dataSource.register(LakeStreamSource)
+        spark.dataSource.register(TablesStreamSource)
         _REGISTERED.add(id(spark))
 
 
 def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by: list[str], *,
                  max_files_per_trigger: int | None, max_rows_per_trigger: int | None,
                  starting_version: int | None, skip_change_commits: bool = False,
-                 published_uri: str | None = None, table_name: str | None = None,
-                 with_version: bool = False) -> DataFrame:
+                 published_uri: str | None = None, table_name: str | None = None) -> DataFrame:
     """A streaming DataFrame over the table at ``uri`` (see the module docstring); with
     ``published_uri`` (the lake's ``_published`` table) and ``table_name`` offsets stop at the
-    table's published version once it has one. ``with_version``: each row also carries
-    :data:`COMMIT_VERSION`, the version whose commit added its file (the snapshot's version for the
-    rows of the snapshot a query starts from)."""
+    table's published version once it has one."""
     register_source(spark)
-    if with_version:
-        from pyspark.sql.types import LongType, StructField
-
-        schema = StructType([*schema.fields, StructField(COMMIT_VERSION, LongType(), False)])
     reader = (spark.readStream.format(SOURCE_NAME)
               .option("uri", uri)
               .option("published_uri", published_uri or "")
@@ -380,6 +478,36 @@ def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by
         reader = reader.option("max_rows", str(int(max_rows_per_trigger)))
     if starting_version is not None:
         reader = reader.option("starting_version", str(int(starting_version)))
+    return reader.load()
+
+
+def stream_tables(spark: SparkSession, tables: list[tuple[str, str, StructType, list[str]]], *, published_uri: str,
+                  max_files_per_trigger: int | None = None, with_version: bool = False) -> DataFrame:
+    """One streaming DataFrame over several tables ``(name, uri, schema, partition_by)`` of one lake
+    (:class:`TablesStreamReader`: every micro-batch ends at one published moment in all of them). Its
+    columns: every table's (by name; a name two tables type differently is an error), then
+    :data:`TABLE_COLUMN` (the row's table) and, ``with_version``, :data:`COMMIT_VERSION`; a row reads
+    null in the columns its table lacks."""
+    from pyspark.sql.types import LongType, StringType, StructField
+
+    register_source(spark)
+    fields: dict[str, StructField] = {}
+    for name, _uri, schema, _parts in tables:
+        for f in schema.fields:
+            if f.name in fields and fields[f.name].dataType != f.dataType:
+                raise ValueError(f"stream_tables: column {f.name!r} of {name} is {f.dataType.simpleString()}, "
+                                 f"another table's is {fields[f.name].dataType.simpleString()}")
+            fields.setdefault(f.name, StructField(f.name, f.dataType, True))
+    union = StructType([*fields.values(), StructField(TABLE_COLUMN, StringType(), False),
+                        *([StructField(COMMIT_VERSION, LongType(), False)] if with_version else [])])
+    specs = [{"name": name, "uri": uri, "partition_by": list(parts)} for name, uri, _s, parts in tables]
+    reader = (spark.readStream.format(TABLES_SOURCE_NAME)
+              .option("tables", json.dumps(specs))
+              .option("published_uri", published_uri)
+              .option("schema", union.json())
+              .option("bins", str(max(1, spark.sparkContext.defaultParallelism * 2))))
+    if max_files_per_trigger is not None:
+        reader = reader.option("max_files", str(int(max_files_per_trigger)))
     return reader.load()
 
 

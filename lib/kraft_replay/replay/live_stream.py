@@ -31,7 +31,6 @@ import pickle
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import Any
 
 import pandas as pd
@@ -43,7 +42,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA
-from kraft_replay.lake.stream import COMMIT_VERSION
+from kraft_replay.lake.stream import COMMIT_VERSION, TABLE_COLUMN
 from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 
@@ -65,14 +64,12 @@ DIVERGENT = "DIVERGENT_UNCOMMITTED"
 
 def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | None = None) -> DataFrame:  # noqa: ANN001
     """A streaming DataFrame of every bronze row published from now on (the first micro-batch: every
-    row already there): the three log tables' rows (``kr_source``: the table, ``kr_version``: the table
-    version that added it) and
-    the ``cluster_id`` of new ``broker_progress`` samples."""
-    parts = [lake.read_stream(t, max_files_per_trigger=max_files_per_trigger, with_version=True)
-             .withColumnRenamed(COMMIT_VERSION, VERSION).withColumn(SOURCE, F.lit(t)) for t in BRONZE]
-    parts.append(lake.read_stream(METRICS, max_files_per_trigger=max_files_per_trigger)
-                 .select("cluster_id", F.lit(METRICS).alias(SOURCE)))
-    df = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    row already there): the three log tables' rows and the new ``broker_progress`` samples, ``kr_source``
+    naming the table and ``kr_version`` the table version that added the row. One stream over the four
+    tables (``Lake.read_stream_tables``): each micro-batch ends at one published moment in all of them,
+    so an ingest run's log and control rows arrive together."""
+    df = lake.read_stream_tables([*BRONZE, METRICS], max_files_per_trigger=max_files_per_trigger, with_version=True)
+    df = df.withColumnRenamed(TABLE_COLUMN, SOURCE).withColumnRenamed(COMMIT_VERSION, VERSION)
     return df if cluster_id is None else df.where(F.col("cluster_id") == F.lit(cluster_id))
 
 
