@@ -92,20 +92,24 @@ def _arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
 
 
 def read_bronze(lake_root: str, cluster_id: str, versions: dict[str, int | None],  # noqa: ANN001
-                storage_options: dict[str, str] | None = None) -> list[pa.Table]:
+                storage_options: dict[str, str] | None = None) -> tuple[list[pa.Table], dict[str, int]]:
     """The cluster's rows of the three bronze tables at ``versions`` (None: the published version),
-    read with delta-rs (no Spark)."""
+    read with delta-rs (no Spark), and the version each was read at."""
     from kraft_replay.lake import Lake
 
     lake = Lake(lake_root, None, backend="deltars", storage_options=storage_options)
-    out = []
+    published = lake.published_versions()
+    out, at = [], {}
     for t, schema in BRONZE.items():
-        if not lake.exists(t):
+        v = versions.get(t)
+        v = published.get(t) if v is None else v
+        if not lake.exists(t) or v is None:
             out.append(schema.empty_table())
             continue
-        got = lake.read_arrow(t, schema.names, version=versions.get(t), partitions=[("cluster_id", "=", cluster_id)])
+        got = lake.read_arrow(t, schema.names, version=v, partitions=[("cluster_id", "=", cluster_id)])
         out.append(got.select(schema.names).cast(schema))
-    return out
+        at[t] = v
+    return out, at
 
 
 class LiveReplay(StatefulProcessor):
@@ -142,10 +146,9 @@ class LiveReplay(StatefulProcessor):
                     reason = str(exc)
             if step is None:
                 versions = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in BRONZE}
-                versions = {t: (v if v >= 0 else None) for t, v in versions.items()}
-                live, step = LiveCluster.replay(cid, *read_bronze(self.lake_root, cid, versions, self.storage_options),
-                                                reason=reason)
-                read = {t: v for t, v in versions.items() if v is not None}
+                tables, read = read_bronze(self.lake_root, cid, {t: (v if v >= 0 else None) for t, v in versions.items()},
+                                           self.storage_options)
+                live, step = LiveCluster.replay(cid, *tables, reason=reason)
             self.state.update((pickle.dumps((live, read)),))
             kind = "whole" if step.whole else "step"
             for name, t in step.tables.items():
