@@ -296,10 +296,11 @@ def test_the_sink_writes_each_step_so_the_lake_equals_a_whole_replay(tmp_path: P
     leaves the published tables equal to a whole sequential replay after every step; the versioned
     tables' closed versions stay in files of their own; a micro-batch written again changes nothing."""
     from kraft_replay.lake import Lake
-    from kraft_replay.replay.live_stream import QUARANTINE, write_steps
+    from kraft_replay.replay.live_stream import QUARANTINE, ensure_silver_tables, write_steps
     from kraft_replay.replay.schemas import VERSIONED_TABLES
 
     lake = Lake(str(tmp_path / "lake"), None, backend="deltars")
+    ensure_silver_tables(lake)
     b = BronzeLog("sink")
     base_cluster(b)
     b.batch(rec("BEGIN_TRANSACTION_RECORD", name="t"))

@@ -44,6 +44,7 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA
 from kraft_replay.lake.stream import COMMIT_VERSION, TABLE_COLUMN
 from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable
+from kraft_replay.replay.run import QUARANTINE
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 
 __all__ = ["BRONZE", "OUTPUT", "LiveReplay", "changes", "write_steps", "steps_of", "LiveReport"]
@@ -58,7 +59,6 @@ VERSION = "kr_version"
 OUTPUT = StructType([StructField("cluster_id", StringType()), StructField("kind", StringType()),
                      StructField("name", StringType()), StructField("data", BinaryType()),
                      StructField("reason", StringType()), StructField("records", LongType())])
-QUARANTINE = "ingest_quarantine"
 DIVERGENT = "DIVERGENT_UNCOMMITTED"
 
 
@@ -214,7 +214,7 @@ def ensure_silver_tables(lake) -> None:  # noqa: ANN001 - a Lake
 def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | None:  # noqa: ANN001 - a Lake
     """Write the steps of one micro-batch in one published run ``run_id`` (see the module docstring);
     None when that run is already in ``replay_progress`` (a micro-batch run again: nothing written).
-    Returns the published versions."""
+    Returns the published versions. The tables exist (:func:`ensure_silver_tables`, once per stream)."""
     import datetime as dt
 
     from kraft_replay.ingest.pipeline import fault
@@ -222,7 +222,6 @@ def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | No
 
     if not steps:
         return {}
-    ensure_silver_tables(lake)
     done = lake.read_arrow(REPLAY_PROGRESS, ["run_id"], filter=pc.field("run_id") == run_id)
     if done.num_rows:
         return None
