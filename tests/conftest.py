@@ -17,6 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("KRAFT_REPLAY_SHARED", ROOT.parent / "shared"))
 REFERENCE = SHARED / "reference"
 
+#: Every JVM the suite starts (its sessions, and the CLI, Airflow and cluster processes it runs, which
+#: inherit the variable) compiles with C1 only: on the suite's small runs the optimising compiler's
+#: threads took more CPU than the work (a hand-built cluster's outcomes: 49 s of C2 in 110 s of JVM
+#: CPU), and the suite's two workers share two cores (docs/benchmarks.md, "Test suite").
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("KRAFT_REPLAY_JAVA_OPTIONS", JAVA_OPTIONS)
+
 
 @pytest.fixture(scope="session")
 def spark():

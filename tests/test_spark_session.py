@@ -57,6 +57,9 @@ def test_session_follows_the_test_profile_and_is_reused(spark):
     assert conf.get("spark.ui.enabled") == "false"
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     assert get_spark("test") is spark
+    # $KRAFT_REPLAY_JAVA_OPTIONS (tests/conftest.py sets it) reaches the running JVM's arguments
+    jvm_args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())  # noqa: SLF001
+    assert os.environ["KRAFT_REPLAY_JAVA_OPTIONS"].split()[0] in jvm_args, jvm_args
 
 
 def test_java_home_wins_then_path(tmp_path, monkeypatch):
@@ -132,13 +135,18 @@ def test_settings_from_the_environment_delta_jars_and_the_package_zip(tmp_path, 
 
     import pytest
 
-    from kraft_replay.spark.session import SessionError, _env_conf, delta_jar_configured, package_zip
+    from kraft_replay.spark.session import SessionError, _env_conf, delta_jar_configured, extra_java_options, package_zip
 
     monkeypatch.setenv("KRAFT_REPLAY_SPARK_CONF", "spark.sql.shuffle.partitions=4, spark.executor.memory=512m\na.b=c=d")
     assert _env_conf() == {"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "512m", "a.b": "c=d"}
     monkeypatch.setenv("KRAFT_REPLAY_SPARK_CONF", "spark.x")
     with pytest.raises(SessionError, match="'spark.x' is not key=value"):
         _env_conf()
+
+    monkeypatch.setenv("KRAFT_REPLAY_JAVA_OPTIONS", " -XX:TieredStopAtLevel=1 ")
+    assert extra_java_options("-Xss4m") == "-Xss4m -XX:TieredStopAtLevel=1"
+    monkeypatch.delenv("KRAFT_REPLAY_JAVA_OPTIONS")
+    assert extra_java_options("") == ""
 
     monkeypatch.delenv("SPARK_HOME", raising=False)
     assert not delta_jar_configured({})  # no Maven here: the jar is nowhere unless named

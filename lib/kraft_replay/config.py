@@ -28,6 +28,9 @@ class SparkProfile(BaseModel):
     #: apply Delta's SQL extension and catalog (``spark.sql.extensions``, ``spark.sql.catalog.spark_catalog``)
     #: when the delta-spark jar is configured (spark.jars.packages, spark.jars, $SPARK_HOME/jars)
     delta_sql: bool = False
+    #: extra options for the driver's and the executors' JVMs (e.g. ``-XX:TieredStopAtLevel=1``: the
+    #: test profile's, where every run is small and compiling hot code costs more than it saves)
+    java_options: str = ""
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("conf", mode="before")

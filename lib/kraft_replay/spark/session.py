@@ -191,6 +191,12 @@ def _env_conf() -> dict[str, str]:
     return dict(p.split("=", 1) for p in pairs)
 
 
+def extra_java_options(profile_options: str) -> str:
+    """The JVM options added to Spark's for the driver and the executors: the profile's
+    ``java_options``, then ``$KRAFT_REPLAY_JAVA_OPTIONS`` (the later of two clashing options wins)."""
+    return " ".join(o.strip() for o in (profile_options, os.environ.get("KRAFT_REPLAY_JAVA_OPTIONS", "")) if o.strip())
+
+
 def local_log_dir() -> Path:
     """Where Spark logs go when the lake's ``_logs`` cannot hold them (an object store, a lake this
     user cannot write): ``kraft-replay-<uid>/_logs`` in the temp directory."""
@@ -393,7 +399,8 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
     builder = SparkSession.builder.appName(sp.app_name)
     if master:
         builder = builder.master(master)
-    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -XX:+UseG1GC"
+    extra_opts = extra_java_options(sp.java_options)
+    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -XX:+UseG1GC {extra_opts}".strip()
     from kraft_replay.spark.classes import java_options
 
     # the driver maps the class archive made for this Java and pyspark (kraft_replay.spark.classes)
@@ -417,8 +424,11 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
     if local:
         settings.update({"spark.executor.extraJavaOptions": java_opts,
                          "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-    elif os.environ.get("KRAFT_REPLAY_DRIVER_HOST"):
-        settings["spark.driver.host"] = os.environ["KRAFT_REPLAY_DRIVER_HOST"]
+    else:
+        if extra_opts:  # the executors' own JVMs (no log4j file of this machine's for them)
+            settings["spark.executor.extraJavaOptions"] = extra_opts
+        if os.environ.get("KRAFT_REPLAY_DRIVER_HOST"):
+            settings["spark.driver.host"] = os.environ["KRAFT_REPLAY_DRIVER_HOST"]
     if sp.driver_memory:
         settings["spark.driver.memory"] = sp.driver_memory
     settings.update(sp.conf)
