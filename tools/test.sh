@@ -5,11 +5,20 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 PYTHON=${PYTHON:-python3.11}
-make -s venv PYTHON="$PYTHON" || exit $?
-tools/ensure_chromium.sh || exit $?
-PYTHON="$PYTHON" bash tools/airflow_venv.sh || exit $?
-# the driver JVM's class archive (once per Java and pyspark): each of the suite's Spark processes starts sooner
-.venv/bin/python -m kraft_replay.spark.classes
+# the set-up's parts at once (each idempotent): Debian's chromium and Airflow's venv (mostly downloads)
+# beside the project's venv, then the driver JVM's class archive, which needs that venv (once per Java
+# and pyspark: a Spark run whose classes each of the suite's Spark processes then maps, so it starts
+# sooner; its JVM compiles with C1 only, as the suite's do: tests/conftest.py)
+tools/ensure_chromium.sh & chromium=$!
+PYTHON="$PYTHON" bash tools/airflow_venv.sh & airflow=$!
+setup_rc=0
+if make -s venv PYTHON="$PYTHON"; then
+  KRAFT_REPLAY_JAVA_OPTIONS=${KRAFT_REPLAY_JAVA_OPTIONS:--XX:TieredStopAtLevel=1} .venv/bin/python -m kraft_replay.spark.classes || setup_rc=$?
+else
+  setup_rc=$?
+fi
+for pid in $chromium $airflow; do wait "$pid" || setup_rc=$?; done
+[ "$setup_rc" = 0 ] || { echo "make test: set-up failed (exit $setup_rc)" >&2; exit "$setup_rc"; }
 ready=$(date +%s)
 # each test module runs whole on one worker (its fixtures built once), the slowest first (tests/conftest.py)
 .venv/bin/python -m pytest -q -n 2 --no-loadscope-reorder "$@"
