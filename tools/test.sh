@@ -8,12 +8,12 @@ PYTHON=${PYTHON:-python3.11}
 # the set-up's parts at once (each idempotent): Debian's chromium and Airflow's venv (mostly downloads)
 # beside the project's venv, then the driver JVM's class archive, which needs that venv (once per Java
 # and pyspark: a Spark run whose classes each of the suite's Spark processes then maps, so it starts
-# sooner; its JVM compiles with C1 only, as the suite's do: tests/conftest.py)
+# sooner)
 tools/ensure_chromium.sh & chromium=$!
 PYTHON="$PYTHON" bash tools/airflow_venv.sh & airflow=$!
 setup_rc=0
 if make -s venv PYTHON="$PYTHON"; then
-  KRAFT_REPLAY_JAVA_OPTIONS=${KRAFT_REPLAY_JAVA_OPTIONS:--XX:TieredStopAtLevel=1} .venv/bin/python -m kraft_replay.spark.classes || setup_rc=$?
+  .venv/bin/python -m kraft_replay.spark.classes || setup_rc=$?
 else
   setup_rc=$?
 fi
