@@ -20,8 +20,10 @@ REFERENCE = SHARED / "reference"
 #: Every JVM the suite starts (its sessions, and the CLI, Airflow and cluster processes it runs, which
 #: inherit the variable) compiles with C1 only: on the suite's small runs the optimising compiler's
 #: threads took more CPU than the work (a hand-built cluster's outcomes: 49 s of C2 in 110 s of JVM
-#: CPU), and the suite's two workers share two cores (docs/benchmarks.md, "Test suite").
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: CPU), and the suite's two workers share two cores (docs/benchmarks.md, "Test suite"). Nor does it
+#: flush cold compiled code (a larger code cache instead): in a worker's long-lived JVM the sweeper and
+#: the recompiling of what it flushed took 25 of 278 s of CPU in one module (test_replay_generated).
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:-UseCodeCacheFlushing -XX:ReservedCodeCacheSize=512m"
 os.environ.setdefault("KRAFT_REPLAY_JAVA_OPTIONS", JAVA_OPTIONS)
 
 

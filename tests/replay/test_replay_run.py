@@ -290,6 +290,31 @@ def test_small_runs_use_interpreted_expressions_large_ones_generated_code() -> N
     assert small_run_conf(1) == SMALL_RUN_CONF
 
 
+def test_sized_by_counts_the_frames_until_they_are_not_small(spark, monkeypatch) -> None:
+    """spark.sized_by: the frames' rows are counted one frame after another until they reach
+    SMALL_RUN_ROWS (the frames after that are not counted); the block runs on the small-run settings
+    when the total stays below, on the session's when it does not, and the session's are back after."""
+    import kraft_replay.spark.session as session
+    from kraft_replay.spark import SMALL_RUN_CONF, sized_by
+
+    monkeypatch.setattr(session, "SMALL_RUN_ROWS", 10)
+    key, before = "spark.sql.adaptive.enabled", spark.conf.get("spark.sql.adaptive.enabled")
+    counted: list[int] = []
+
+    def frames(*sizes: int):  # noqa: ANN202 - DataFrames of these many rows, each counted when pulled
+        for n in sizes:
+            counted.append(n)
+            yield spark.range(n)
+
+    with sized_by(spark, frames(4, 5)):
+        assert spark.conf.get(key) == SMALL_RUN_CONF[key]
+    assert counted == [4, 5] and spark.conf.get(key) == before
+    counted.clear()
+    with sized_by(spark, frames(4, 6, 100)):
+        assert spark.conf.get(key) == before
+    assert counted == [4, 6]  # 10 rows reached: the third frame is never counted
+
+
 def test_partitions_written_by_the_workers_equal_the_oracle(spark, replayed) -> None:
     """The job's ``partitions`` table, written by the ``mapInArrow`` workers into a staged write
     (embedded backend), holds exactly the oracle's rows (the frame ``replay_tables`` gives without a
@@ -370,11 +395,15 @@ def test_log_commit_never_broadcasts_the_log_rows(spark, tmp_path) -> None:
     2 GiB driver ran out of memory building the table.) Clusters whose batches hold one copy of each
     offset, the usual log: their kept rows are read from the bronze files, not materialised."""
     from kraft_replay.replay.engine import cut, replay_tables
+    from kraft_replay.spark import SMALL_RUN_CONF, session_conf
 
     lake = Lake(str(tmp_path), spark, backend="deltars")
     _write_bronze(spark, lake, ["txn_commit", "snap_at_gap"])
-    res = replay_tables(lake.read("metadata_log"), lake.read("metadata_control"), lake.read("snapshot_records"),
-                        checkpoint=cut)
-    plan = res["log_commit"]._jdf.queryExecution().executedPlan().toString()
+    # the join sides are the static planner's choice, with adaptive execution as without it; without it
+    # (the small-run settings a run of this size gets) the checkpoints are not computed while planning
+    with session_conf(spark, SMALL_RUN_CONF):
+        res = replay_tables(lake.read("metadata_log"), lake.read("metadata_control"), lake.read("snapshot_records"),
+                            checkpoint=cut)
+        plan = res["log_commit"]._jdf.queryExecution().executedPlan().toString()
     assert "FileScan parquet [offset" in plan, plan  # the kept rows are read from the bronze files in this plan
     assert _broadcast_bronze_scans(plan) == [], plan

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 
 from kraft_replay.outcomes.lookups import _VAL, OFFSETS, _as_of, count_changes, log_end_at
 from kraft_replay.replay.broker_applied import BY_BROKER
+from kraft_replay.spark import sized_by
 
 __all__ = ["sample_lag", "cache_lag", "write_cache_lag", "committed_end", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS",
            "STALL_AFTER_S", "BUCKET_OFFSETS"]
@@ -190,8 +191,9 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
         say(f"  {CACHE_LAG}: no metric samples of {', '.join(clusters)}: nothing to write")
         return 0
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
-    samples = sample_lag(progress, batches, brokers, partitions, status=status)
-    out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)
+    with sized_by(progress.sparkSession, (progress, batches)):  # a few thousand samples: no generated code
+        samples = sample_lag(progress, batches, brokers, partitions, status=status)
+        out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
     return r.rows

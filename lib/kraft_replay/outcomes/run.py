@@ -39,7 +39,7 @@ from kraft_replay.outcomes.fencing import (
     write_fencing_outcomes,
 )
 from kraft_replay.outcomes.steps import broadcast_read_steps, released_broadcasts
-from kraft_replay.spark import SMALL_RUN_ROWS, session_conf, sized_run
+from kraft_replay.spark import session_conf, sized_by
 
 __all__ = ["OutcomesError", "OutcomesSummary", "run_outcomes", "write_outcomes", "PROPOSALS", "OUTCOME_TABLES"]
 
@@ -184,12 +184,7 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
     opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
     # small inputs run as a small replay does (spark.sized_run); counting stops once they are not small
     sized = sorted({t for p in chosen for t in (PROPOSALS[p][0], "broker_applied", "partitions") if t and lake.exists(t)})
-    rows = 0
-    for t in sized:
-        rows += read(t).count()
-        if rows >= SMALL_RUN_ROWS:
-            break
-    with sized_run(spark, rows), released_broadcasts():  # lookups broadcast for the frames below, kept to their writes
+    with sized_by(spark, (read(t) for t in sized)), released_broadcasts():  # lookups broadcast for the frames below, kept to their writes
         # a table, or a function of the tables written before it (``written(name)``: this run's rows)
         frames: dict[str, DataFrame | _Staged | Callable[[Callable[[str], DataFrame]], DataFrame]] = {}
         products: dict[str, DataFrame] = {}  # what a staged table's write returned (its summary)

@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from kraft_replay.replay.live_stream import LiveReport
 from kraft_replay.replay.run import PROGRESS
+from kraft_replay.spark import sized_by
 
 __all__ = ["LiveReport", "default_checkpoint", "run_stream", "derive"]
 
@@ -49,11 +50,14 @@ def derive(spark: SparkSession, lake, clusters: Sequence[str], *, lag_bucket: fl
     where = cluster_where(clusters)
     pairs = [(c, o) for c in clusters for o in sorted(set(image_at))]
     requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long") if pairs else None
-    snaps = image_snapshots({t: lake.read(t, where=where) for t in VERSIONED_TABLES}, requested)
-    r = lake.replace_published(IMAGE_SNAPSHOTS, snaps, where, "images-" + uuid.uuid4().hex[:12],
-                               schema=from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
-    say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version})")
-    run_broker_applied(spark, lake, clusters, say=say)
+    versions = {t: lake.read(t, where=where) for t in VERSIONED_TABLES}
+    metrics = [lake.read(PROGRESS, where=where)] if lake.exists(PROGRESS) else []
+    with sized_by(spark, [versions["partitions"], *metrics]):  # what the batch replay's sized run does
+        snaps = image_snapshots(versions, requested)
+        r = lake.replace_published(IMAGE_SNAPSHOTS, snaps, where, "images-" + uuid.uuid4().hex[:12],
+                                   schema=from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
+        say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version})")
+        run_broker_applied(spark, lake, clusters, say=say)
     write_cache_lag(lake, clusters, say=say, bucket_s=lag_bucket)
     write_outcomes(spark, lake, clusters, say=say)
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -485,6 +485,18 @@ def sized_run(spark, rows: int):  # noqa: ANN001, ANN201 - a SparkSession; a con
     interpreted expressions, without adaptive execution, on one shuffle partition when it reads few
     rows, then the previous settings are back."""
     return session_conf(spark, small_run_conf(rows))
+
+
+def sized_by(spark, frames: Iterable):  # noqa: ANN001, ANN201 - a SparkSession, DataFrames; a context manager
+    """:func:`sized_run` of the rows ``frames`` hold together, counted frame by frame (a small job
+    each) until they reach :data:`SMALL_RUN_ROWS`: the frames a job reads, when their size is not
+    known beforehand."""
+    rows = 0
+    for df in frames:
+        rows += df.count()
+        if rows >= SMALL_RUN_ROWS:
+            break
+    return sized_run(spark, rows)
 
 
 def lineage_cut(df, eager: bool = False):  # noqa: ANN001, ANN201 - a DataFrame
