@@ -182,7 +182,7 @@ def run_outcomes(spark: SparkSession, lake, cluster_id: str | None = None,  # no
         return shared["steps"]
 
     opt = lambda t: read(t) if lake.exists(t) else None  # noqa: E731 - an optional input table
-    # small inputs run as a small replay does (spark.sized_run); counting stops once they are not small
+    # small inputs run as a small replay does (spark.sized_by counts them, stopping once they are not small)
     sized = sorted({t for p in chosen for t in (PROPOSALS[p][0], "broker_applied", "partitions") if t and lake.exists(t)})
     with sized_by(spark, (read(t) for t in sized)), released_broadcasts():  # lookups broadcast for the frames below, kept to their writes
         # a table, or a function of the tables written before it (``written(name)``: this run's rows)
