@@ -513,6 +513,23 @@ LAG_POINTS_JS = """() => {
 
 PLOTS_JS = "() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => (g.data || []).length)"
 
+#: how long the browser tests wait for the page to show something: a ceiling, not a speed claim (a
+#: wait ends as soon as its condition holds; in the suite the other worker's Spark runs may hold both
+#: cores while the page polls and draws, and a 20 s wait once ran out there)
+WAIT_MS = 120_000
+
+
+def wait_for(page, condition: str, what: str) -> None:  # noqa: ANN001 - a playwright Page
+    """Wait until the JavaScript ``condition`` holds on ``page``; if it never does, fail naming
+    ``what`` with the page's status line and how many charts it has drawn."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(condition, timeout=WAIT_MS)
+    except PlaywrightTimeout:
+        shown = page.evaluate(f"() => [(document.getElementById('status') || {{}}).innerText, ({PLOTS_JS})().length]")
+        pytest.fail(f"{what}: not shown after {WAIT_MS / 1000:.0f} s (status line {shown[0]!r}, charts drawn {shown[1]})")
+
 #: per drawn chart: its title, the boxes of the chart, its title and its mode bar, and its y tick labels
 CHART_BOXES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
   const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
@@ -603,14 +620,14 @@ def page(browser, server):
 
 def test_browser_renders_the_lag_chart(page, artifacts, tmp_path):
     expected = 2 * BUCKETS * len(BROKERS[C1])  # p99 and max traces of the first cluster's brokers
-    page.wait_for_function(f"() => ({LAG_POINTS_JS})() === {expected}", timeout=30_000)
-    page.wait_for_function("() => document.getElementById('status').innerText.includes('cache_lag v1')", timeout=10_000)
-    page.wait_for_function("() => document.getElementById('now').innerText.includes('worst first')", timeout=10_000)
+    wait_for(page, f"() => ({LAG_POINTS_JS})() === {expected}", f"{expected} lag points")
+    wait_for(page, "() => document.getElementById('status').innerText.includes('cache_lag v1')", "cache_lag v1")
+    wait_for(page, "() => document.getElementById('now').innerText.includes('worst first')", "the now strip")
     assert page.locator("#now tbody tr").count() == len(BROKERS[C1])  # the "now" strip: a row per broker, above the charts
     assert page.locator("#now").bounding_box()["y"] < page.locator("#lag-offsets").bounding_box()["y"]
     assert page.locator("#broker-states .js-plotly-plot").count() == 1
     assert "no data yet" not in page.inner_text("#lag-offsets")
-    page.wait_for_function(f"() => ({PLOTS_JS})().length === {len(charts.CHARTS)}", timeout=30_000)
+    wait_for(page, f"() => ({PLOTS_JS})().length === {len(charts.CHARTS)}", "every chart")
     charts_read_right(page, tmp_path / "dashboard-fencing.png")
     shot = artifacts / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -619,12 +636,12 @@ def test_browser_renders_the_lag_chart(page, artifacts, tmp_path):
 
 
 def test_browser_shows_appended_rows_without_reload(page, browser_lake):
-    page.wait_for_function(f"() => ({LAG_POINTS_JS})() > 0", timeout=30_000)
+    wait_for(page, f"() => ({LAG_POINTS_JS})() > 0", "the lag chart")
     before = page.evaluate(LAG_POINTS_JS)
     page.evaluate("() => { window.__not_reloaded = true; }")
     write(browser_lake, "cache_lag", cache_lag_rows(C1, BROKERS[C1], BUCKETS, 5))
     grown = before + 2 * 5 * len(BROKERS[C1])
-    page.wait_for_function(f"() => ({LAG_POINTS_JS})() === {grown}", timeout=20_000)
+    wait_for(page, f"() => ({LAG_POINTS_JS})() === {grown}", f"the appended rows ({grown} lag points)")
     assert page.evaluate("() => window.__not_reloaded === true")
     assert DeltaTable(str(browser_lake / "cache_lag")).version() == 2
     assert "cache_lag v2" in page.inner_text("#status")
@@ -638,7 +655,7 @@ def test_browser_report_charts_read_right(browser, tmp_path):
     pg = browser.new_page(viewport={"width": 600, "height": 900})
     try:
         pg.goto(report.path.as_uri())
-        pg.wait_for_function(f"() => ({PLOTS_JS})().length === {len(charts.CHARTS)}", timeout=30_000)
+        wait_for(pg, f"() => ({PLOTS_JS})().length === {len(charts.CHARTS)}", "every chart of the report")
         charts_read_right(pg, tmp_path / "report-fencing.png")
     finally:
         pg.close()
