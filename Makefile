@@ -1,12 +1,14 @@
 # Two commands set up and run everything on a fresh machine with Python 3.11:
-#   make demo   - create/update .venv, then run the demo end to end on the embedded default
-#   make test   - create/update .venv (and Airflow's .venv-airflow), then run the whole test suite (tools/test.sh)
+#   make demo   - create/update .venv (with the delta-spark backend's jars when Maven is there), then run
+#                 the demo end to end on the embedded default
+#   make test   - create/update .venv and the delta-spark jars (and Airflow's .venv-airflow), then run the
+#                 whole test suite (tools/test.sh)
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv jars bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 2; }
@@ -15,9 +17,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-venv: $(STAMP)
+# the delta-spark backend's jars from Maven Central, once (kraft_replay.spark.delta_jars); without Maven
+# a note, and the embedded backend works as before
+jars: $(STAMP)
+	@$(PY) -m kraft_replay.spark.delta_jars --optional
 
-demo: $(STAMP)
+venv: $(STAMP) jars
+
+demo: $(STAMP) jars
 	$(VENV)/bin/kraft-replay --lake ./lake demo
 
 test:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make test`: set-up (the venv, Debian's chromium, Airflow's venv, the JVM's class archive), then the whole suite on two workers;
+# `make test`: set-up (the venv and the delta-spark jars, Debian's chromium, Airflow's venv, the JVM's class
+# archive), then the whole suite on two workers;
 # prints the wall time of each part at the end. Exits with pytest's code.
 set -uo pipefail
 cd "$(dirname "$0")/.."

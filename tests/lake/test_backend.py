@@ -32,3 +32,52 @@ def test_forcing_delta_spark_without_the_jar_is_a_one_line_error(spark, tmp_path
         Lake(str(tmp_path), spark, backend="delta-spark")
     msg = str(exc.value)
     assert "\n" not in msg and DELTA_SPARK_CLASS in msg and "--backend deltars" in msg
+
+
+def test_delta_spark_without_fetched_jars_is_a_one_line_error(tmp_path):
+    """``--backend delta-spark`` puts the jars fetched at set-up on the session's class path; where set-up
+    could not fetch them (no Maven) the command says in one line how to get them, before any JVM starts."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "lib"), "KRAFT_REPLAY_DELTA_JARS": str(tmp_path / "none")}
+    proc = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "test", "--backend",
+                           "delta-spark", "tables", "--lake", str(tmp_path / "lake")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc
+    assert "python -m kraft_replay.spark.delta_jars" in lines[0] and "--backend deltars" in lines[0], lines
+    assert str(tmp_path / "none") in lines[0] and not (tmp_path / "lake").exists()
+
+
+def test_delta_spark_reads_what_the_embedded_backend_wrote(tiny_generated, tmp_path):
+    """``kraft-replay --backend delta-spark tables`` (a process of its own: its session starts with the jars
+    the set-up fetched, and Delta's SQL extension) on the tiny cluster's lake, which the embedded backend
+    wrote: every table, version, row count and schema as the embedded backend lists them."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kraft_replay.spark.delta_jars import installed_jars, jars_dir
+
+    assert installed_jars(), f"no delta-spark jars in {jars_dir()}: run `python -m kraft_replay.spark.delta_jars` (set-up)"
+    root = Path(__file__).resolve().parents[2]
+    lake = tmp_path / "lake"
+    shutil.copytree(tiny_generated.lake_dir, lake)
+    env = {**os.environ, "PYTHONPATH": str(root / "lib")}
+    listed = {}
+    for backend in ("deltars", "delta-spark"):
+        proc = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "test", "--backend", backend,
+                               "tables", "--lake", str(lake), "--json"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        listed[backend] = json.loads(proc.stdout)
+    assert len(listed["deltars"]) >= 8 and any(t["rows"] > 0 for t in listed["deltars"])
+    keys = ("name", "version", "rows", "partition_by", "schema")
+    assert [{k: t[k] for k in keys} for t in listed["delta-spark"]] == [{k: t[k] for k in keys} for t in listed["deltars"]]

@@ -81,7 +81,9 @@ def resolve_backend(requested: str, spark: SparkSession | None) -> str:
         if not delta_spark_available(spark):
             raise BackendUnavailableError(
                 f"backend 'delta-spark' requested but class {DELTA_SPARK_CLASS} is not on the Spark classpath; "
-                "add the delta-spark jar (spark.jars.packages=io.delta:delta-spark_2.13:4.4.1) or use --backend deltars"
+                "start the session with the delta-spark jars (kraft-replay --backend delta-spark adds those "
+                "`python -m kraft_replay.spark.delta_jars` fetched; spark.jars.packages=io.delta:delta-spark_2.13:4.4.0 "
+                "on a cluster) or use --backend deltars"
             )
         return requested
     raise InvalidArgumentError(f"unknown lake backend {requested!r}; use auto, deltars or delta-spark")

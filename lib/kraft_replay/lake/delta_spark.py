@@ -48,10 +48,17 @@ class DeltaSparkBackend:
         self._DeltaTable = DeltaTable
         self.root = _files.Location.of(root)
         self.spark = spark
+        # the contracts' array and map elements are NOT NULL (as delta-rs writes them); Delta's Spark writer
+        # cannot enforce a constraint nested in an array or map and refuses the schema unless told to keep
+        # it unenforced (the columns' values come from the replay, which never writes a null element)
+        spark.conf.set("spark.databricks.delta.constraints.allowUnenforcedNotNull.enabled", "true")
         self.target_file_rows = int(target_file_rows)
 
     def _path(self, name: str) -> str:
-        return self.root.child(name).spark_path
+        """Spark's path of a table; a local one as Hadoop qualifies it (``file:/x``): Delta's catalog
+        compares a table's location with its qualified path, and ``file:///x`` is "another location"."""
+        path = self.root.child(name).spark_path
+        return "file:/" + path[len("file:///"):] if path.startswith("file:///") else path
 
     def table_names(self) -> list[str]:
         sel = pafs.FileSelector(self.root.fs_path, recursive=False, allow_not_found=True)
@@ -104,8 +111,7 @@ class DeltaSparkBackend:
         if txn is not None:
             writer = writer.option("txnAppId", txn[0]).option("txnVersion", int(txn[1]))
         writer.save(self._path(name))
-        after = self.version(name)
-        return CommitResult(name, after if after != before else None, skipped=after == before)
+        return self._committed(name, before, "numOutputRows", "numFiles", "numRemovedFiles")
 
     def read(self, name: str, version: int | None = None, timestamp: Any = None,
              where: str | None = None) -> DataFrame:
@@ -143,8 +149,18 @@ class DeltaSparkBackend:
             if txn is not None:
                 self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
                 self.spark.conf.unset("spark.databricks.delta.write.txnVersion")
-        after = self.version(name)
-        return CommitResult(name, after if after != before else None, skipped=after == before)
+        return self._committed(name, before, "numOutputRows", "numTargetFilesAdded", "numTargetFilesRemoved")
+
+    def _committed(self, name: str, before: int, rows: str, files: str, removed: str) -> CommitResult:
+        """The commit a write made after version ``before``, with its rows and files as Delta's own
+        operation metrics count them (``DESCRIBE HISTORY``); skipped when there is none (an idempotent
+        write whose txn was already committed)."""
+        last = self._table(name).history(1).collect()[0]
+        if int(last["version"]) == before:
+            return CommitResult(name, None, skipped=True)
+        metrics = last["operationMetrics"] or {}
+        return CommitResult(name, int(last["version"]), files=int(metrics.get(files, 0)), rows=int(metrics.get(rows, 0)),
+                            removed_files=int(metrics.get(removed, 0)))
 
     def rewrite(self, name: str, fn: Any, replace_where: str, touched: Any, columns: list[str],
                 together_below: int = 0) -> CommitResult:

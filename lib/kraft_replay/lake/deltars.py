@@ -549,23 +549,22 @@ class DeltaRsBackend:
     def _matching_indexes(self, snap: Snapshot, rows: list[dict[str, str | None]], predicate: str) -> set[int]:
         """Which of ``rows`` (partition values as the log holds them: strings) satisfy ``predicate``,
         evaluated by Spark on the distinct values typed as the table's columns. The values go in as
-        parameters of an inline table, a local relation that the optimizer filters on the driver:
-        no job, no Python worker (this runs for every read and write with a predicate)."""
+        hex literals (any text, no escaping rules) of an inline table, a local relation that the
+        optimizer filters on the driver: no job, no Python worker (this runs for every read and write
+        with a predicate). Not as named parameters: with Delta's SQL extension on the session (a
+        cluster's, or ``--backend delta-spark``'s) Spark leaves them unbound."""
         if not rows:
             return set()
         cols = list(snap.partition_by)
         keys = list({tuple(r.get(c) for c in cols) for r in rows})
         types = {f.name: f.dataType.simpleString() for f in snap.schema.fields}
-        args: dict[str, str | None] = {}
         values = []
         for i, key in enumerate(keys):
-            cells = [str(i)]
-            for j, (c, v) in enumerate(zip(cols, key)):
-                args[f"v{i}_{j}"] = v
-                cells.append(f"CAST(CAST(:v{i}_{j} AS STRING) AS {types[c]})")
+            cells = [str(i)] + [f"CAST({'NULL' if v is None else f'CAST(X{v.encode().hex()!r} AS STRING)'} AS {types[c]})"
+                                for c, v in zip(cols, key)]
             values.append("(" + ", ".join(cells) + ")")
         names = ", ".join(sql_ident(c) for c in cols)
-        frame = self.spark.sql(f"SELECT * FROM VALUES {', '.join(values)} AS t(__i, {names})", args=args)
+        frame = self.spark.sql(f"SELECT * FROM VALUES {', '.join(values)} AS t(__i, {names})")
         hit = {keys[r["__i"]] for r in frame.where(F.coalesce(F.expr(predicate), F.lit(False))).select("__i").collect()}
         return {i for i, r in enumerate(rows) if tuple(r.get(c) for c in cols) in hit}
 

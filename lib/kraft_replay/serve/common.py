@@ -17,8 +17,8 @@ def open_lake(args: argparse.Namespace):
         from kraft_replay.serve.cli import UserError
 
         raise UserError(f"no lake root: pass --lake DIR (profile {profile.name!r} sets none)")
-    spark = get_spark(profile)
     backend = args.backend or profile.lake.backend
+    spark = get_spark(profile, delta=backend == "delta-spark")
     return spark, Lake(root, spark, backend=backend, target_file_rows=profile.lake.target_file_rows)
 
 

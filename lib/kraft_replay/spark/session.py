@@ -157,6 +157,18 @@ def delta_jar_configured(settings: dict[str, str]) -> bool:
     return any(d.is_dir() and any(d.glob("delta-spark*.jar")) for d in dirs)
 
 
+def _delta_jars() -> list[Path]:
+    """The delta-spark jars fetched at set-up, or a :class:`SessionError` saying how to fetch them."""
+    from kraft_replay.spark.delta_jars import coordinate, installed_jars, jars_dir
+
+    jars = installed_jars()
+    if not jars:
+        raise SessionError(f"the delta-spark backend needs Delta's jars ({coordinate()}), which are not in "
+                           f"{jars_dir()}: fetch them with `python -m kraft_replay.spark.delta_jars` (Maven; `make "
+                           "venv` runs it) or use --backend deltars")
+    return jars
+
+
 def package_zip() -> Path:
     """The ``kraft_replay`` package as a zip for a cluster's executors (``spark.submit.pyFiles``), built
     once per content in the temp directory."""
@@ -358,8 +370,14 @@ def _jvm_output(log: SparkLog | None) -> Iterator[None]:
     log.redirect_python()
 
 
-def get_spark(profile: str | Profile = "local", **overrides: str):
+def get_spark(profile: str | Profile = "local", *, delta: bool = False, **overrides: str):
     """Return the process-wide SparkSession, creating it from ``profile`` the first time.
+
+    ``delta``: for the native Delta backend (``--backend delta-spark``): the delta-spark jars fetched at
+    set-up (:mod:`kraft_replay.spark.delta_jars`) go on the class path unless the settings already name
+    a delta-spark jar (``spark.jars.packages``, ``spark.jars``, Spark's own ``jars/``), with Delta's SQL
+    extension and catalog (``delta.`path``` tables, ``DESCRIBE HISTORY``); a :class:`SessionError` when
+    there are none to add.
 
     ``overrides`` are extra ``spark.*`` settings (e.g. ``{"spark.sql.shuffle.partitions": "8"}``), over
     ``$KRAFT_REPLAY_SPARK_CONF`` (``key=value,...``), over the profile's. A later call naming another profile while the session lives is a :class:`SessionError` (stop it
@@ -434,7 +452,10 @@ def get_spark(profile: str | Profile = "local", **overrides: str):
     settings.update(sp.conf)
     settings.update(_env_conf())
     settings.update(overrides)
-    if sp.delta_sql and delta_jar_configured(settings):
+    if delta and not delta_jar_configured(settings):
+        settings["spark.jars"] = ",".join([*(j for j in settings.get("spark.jars", "").split(",") if j),
+                                           *(str(j) for j in _delta_jars())])
+    if (sp.delta_sql or delta) and delta_jar_configured(settings):
         for key, value in DELTA_SQL_CONF.items():
             settings.setdefault(key, value)
     if not local:
