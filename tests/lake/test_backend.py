@@ -53,10 +53,11 @@ def test_delta_spark_without_fetched_jars_is_a_one_line_error(tmp_path):
     assert str(tmp_path / "none") in lines[0] and not (tmp_path / "lake").exists()
 
 
-def test_delta_spark_reads_what_the_embedded_backend_wrote(tiny_generated, tmp_path):
+def test_delta_spark_reads_what_the_embedded_backend_wrote(tiny_generated, tmp_path, capsys):
     """``kraft-replay --backend delta-spark tables`` (a process of its own: its session starts with the jars
-    the set-up fetched, and Delta's SQL extension) on the tiny cluster's lake, which the embedded backend
-    wrote: every table, version, row count and schema as the embedded backend lists them."""
+    the set-up fetched, and Delta's SQL extension) on the tiny cluster's bronze tables, which the embedded
+    backend wrote and published: the tables, versions, row counts, partitioning and schemas the embedded
+    backend lists (in this process)."""
     import json
     import os
     import shutil
@@ -64,20 +65,23 @@ def test_delta_spark_reads_what_the_embedded_backend_wrote(tiny_generated, tmp_p
     import sys
     from pathlib import Path
 
+    from kraft_replay.serve.cli import main
     from kraft_replay.spark.delta_jars import installed_jars, jars_dir
 
     assert installed_jars(), f"no delta-spark jars in {jars_dir()}: run `python -m kraft_replay.spark.delta_jars` (set-up)"
     root = Path(__file__).resolve().parents[2]
     lake = tmp_path / "lake"
-    shutil.copytree(tiny_generated.lake_dir, lake)
-    env = {**os.environ, "PYTHONPATH": str(root / "lib")}
-    listed = {}
-    for backend in ("deltars", "delta-spark"):
-        proc = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "test", "--backend", backend,
-                               "tables", "--lake", str(lake), "--json"],
-                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        listed[backend] = json.loads(proc.stdout)
-    assert len(listed["deltars"]) >= 8 and any(t["rows"] > 0 for t in listed["deltars"])
-    keys = ("name", "version", "rows", "partition_by", "schema")
-    assert [{k: t[k] for k in keys} for t in listed["delta-spark"]] == [{k: t[k] for k in keys} for t in listed["deltars"]]
+    for name in ("metadata_log", "metadata_control", "snapshot_records", "_published"):  # three tables: each costs
+        shutil.copytree(tiny_generated.lake_dir / name, lake / name)                     # delta-spark several jobs
+    proc = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "test", "--backend",
+                           "delta-spark", "tables", "--lake", str(lake), "--json"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "lib")},
+                          cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    capsys.readouterr()
+    assert main(["--profile", "test", "--backend", "deltars", "tables", "--lake", str(lake), "--json"]) == 0
+    embedded = json.loads(capsys.readouterr().out)
+    assert [t["name"] for t in embedded] == ["metadata_control", "metadata_log", "snapshot_records"]
+    assert all(t["rows"] > 0 and t["published"] for t in embedded), embedded
+    keys = ("name", "version", "rows", "partition_by", "schema", "published")
+    assert [{k: t[k] for k in keys} for t in json.loads(proc.stdout)] == [{k: t[k] for k in keys} for t in embedded]
