@@ -560,8 +560,8 @@ class DeltaRsBackend:
         types = {f.name: f.dataType.simpleString() for f in snap.schema.fields}
         values = []
         for i, key in enumerate(keys):
-            cells = [str(i)] + [f"CAST({'NULL' if v is None else f'CAST(X{v.encode().hex()!r} AS STRING)'} AS {types[c]})"
-                                for c, v in zip(cols, key)]
+            texts = ["NULL" if v is None else f"CAST(X'{v.encode().hex()}' AS STRING)" for v in key]
+            cells = [str(i)] + [f"CAST({t} AS {types[c]})" for c, t in zip(cols, texts)]
             values.append("(" + ", ".join(cells) + ")")
         names = ", ".join(sql_ident(c) for c in cols)
         frame = self.spark.sql(f"SELECT * FROM VALUES {', '.join(values)} AS t(__i, {names})")

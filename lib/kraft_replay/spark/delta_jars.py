@@ -88,12 +88,10 @@ def installed_jars(directory: Path | None = None) -> list[Path]:
 def spark_artifacts(spark_jars: Path | None = None) -> list[str]:
     """The artifact ids of the jars Spark ships (pyspark's ``jars/``: ``hadoop-client-api-3.5.0.jar`` ->
     ``hadoop-client-api``)."""
-    if spark_jars is None:
-        import pyspark
+    from kraft_replay.spark.classes import _spark_jars
 
-        spark_jars = Path(pyspark.__file__).resolve().parent / "jars"
     names = set()
-    for jar in spark_jars.glob("*.jar"):
+    for jar in (spark_jars or _spark_jars()).glob("*.jar"):
         m = re.match(r"(.+?)-\d[^/]*\.jar$", jar.name)
         names.add(m.group(1) if m else jar.stem)
     return sorted(names)
