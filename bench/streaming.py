@@ -1,27 +1,38 @@
-"""Streaming benchmark: freshness of the live pipeline (``ingest --follow`` + ``replay --mode stream``).
+"""Streaming benchmark: freshness of the live pipeline (``ingest --follow`` + ``ingest-metrics --follow``
++ ``replay --mode stream``).
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/streaming.py [--scenario tiny] [--minutes 5]
-        [--interval 1] [--data-dir DIR]
+        [--interval 1] [--rate RECORDS_PER_S] [--data-dir DIR] [--compare-rev REV]
 
 A generated cluster (``kraft-replay generate --segments-out``, cached in ``--data-dir``) is written
-into a live node dir in real time: its batches are appended to the active segment one by one, spread
-evenly over ``--minutes``, segments roll and snapshots appear as they did in the generated node.
-Two real processes run meanwhile: ``kraft-replay ingest NODE --follow --interval I`` and
-``kraft-replay replay --mode stream --trigger I``. A poller reads the published ``log_commit`` table
-(delta-rs, no Spark) every 0.25 s. **Freshness** of a batch = the moment its last offset is visible
-in the published versioned state − the moment its bytes were written. Prints p50 / p99 / max over
-every batch written, the same over the batches written after the stream's first publication (its
-start — a cold JVM and a whole replay — left out), the micro-batches the stream ran and their
-seconds, and the peak RSS of the two processes.
-Issue 47's target: p99 ≤ 5 s (the bronze hop alone ≤ 1 s). ``--compare-rev REV`` runs it again with
-the package of git revision ``REV`` (e.g. the commit before the live replay, whose stream ran a
-resumed batch replay per micro-batch) and prints the ratio. Speed is measured here, never asserted
-in tests.
+into a live node dir in real time, as a running cluster writes it: its batches are appended to the
+active segment one by one — spread evenly over ``--minutes``, or at ``--rate`` records per second
+until ``--minutes`` have passed (a storm: ``--scenario medium --rate 2000``) —, each re-stamped to the
+wall clock when written (base and max timestamps moved, CRC recomputed), segments roll and snapshots
+appear as they did in the generated node. A Prometheus endpoint in this process serves each
+broker's ``last-applied-record-offset`` / ``-timestamp`` as a JMX exporter does: the brokers apply
+what was written 0.05-3 s earlier (a different delay each). Three real processes run meanwhile:
+``kraft-replay ingest NODE --follow``, ``kraft-replay ingest-metrics URL --follow`` and
+``kraft-replay replay --mode stream``, polls and trigger every ``--interval`` seconds. A poller reads
+the published lake (delta-rs, no Spark) every 0.25 s.
+
+**Freshness** of a batch = the moment its last offset is visible in the published versioned state
+(``log_commit``) − the moment its bytes were written; **in cache_lag**: the moment a published
+``cache_lag`` row has a log end at or past it. Prints p50 / p99 / max over every batch written and over
+those written after the stream's first publication (its start — a cold JVM and a whole replay — left
+out), the same batches' time to the published bronze ``metadata_log`` (the log follower's share),
+the micro-batches' seconds, whole replays, the backlog (offsets written but not yet in the versioned
+state) every 10 s, the state store's size and the peak RSS of the processes.
+Issue 47's targets: p99 ≤ 5 s to both (storm: ≤ 10 s, no growing backlog), the bronze hop alone
+p99 ≤ 1 s, the live processes ≤ 4 GiB together. ``--compare-rev REV`` runs it again with the package
+of git revision ``REV`` and prints the ratio. Speed is measured here, never asserted in tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import http.server
 import os
 import shutil
 import signal
@@ -56,23 +67,65 @@ def _batches(path: Path) -> list[tuple[int, int, int]]:
     return out
 
 
+def restamp(batch: bytes, now_ms: int) -> bytes:
+    """A record batch (v2) whose max timestamp is ``now_ms`` (its base moved by as much; the records'
+    deltas kept) and whose CRC-32C is recomputed: the batch as a broker appending it now writes it."""
+    from kraft_replay.codec.crc import CRC_START, crc32c
+
+    base, top = struct.unpack(">qq", batch[27:43])
+    out = bytearray(batch)
+    out[27:43] = struct.pack(">qq", now_ms - (top - base), now_ms)
+    out[17:21] = struct.pack(">I", crc32c(out[CRC_START:]))
+    return bytes(out)
+
+
 def write_batch(part: Path, handles: dict, seg: Path, s: int, e: int, last: int, snaps: list, written: list) -> None:
-    """Append bytes ``[s, e)`` of segment ``seg`` (one batch) to its namesake in the live partition dir
-    ``part`` and flush; note ``(last offset, now)`` in ``written``; then rename into place the snapshots
-    of ``snaps`` ((end offset, path), in order) the log has reached, as Kafka does."""
+    """Append bytes ``[s, e)`` of segment ``seg`` (one batch, re-stamped to now: :func:`restamp`) to its
+    namesake in the live partition dir ``part`` and flush; note ``(last offset, now)`` in ``written``;
+    then rename into place the snapshots of ``snaps`` ((end offset, path), in order) the log has
+    reached, as Kafka does."""
     fh = handles.get(seg)
     if fh is None:
         fh = handles[seg] = open(part / seg.name, "ab")  # noqa: SIM115 - the caller closes handles
     with open(seg, "rb") as r:
         r.seek(s)
-        fh.write(r.read(e - s))
+        now = time.time()
+        fh.write(restamp(r.read(e - s), int(now * 1000)))
     fh.flush()
-    written.append((last, time.time()))
+    written.append((last, now))
     while snaps and snaps[0][0] <= last + 1:
         _end, snap = snaps.pop(0)
         tmp = part / (snap.name + ".part")
         shutil.copy(snap, tmp)
         os.rename(tmp, part / snap.name)  # Kafka renames a finished snapshot into place
+
+
+OFFSET = "kafka_server_broker_metadata_metrics_last_applied_record_offset"
+STAMP = "kafka_server_broker_metadata_metrics_last_applied_record_timestamp"
+DELAYS = (0.05, 0.2, 0.5, 1.0, 3.0)  # seconds each broker takes to apply what was written
+
+
+class Exporter(http.server.BaseHTTPRequestHandler):
+    """``/metrics`` of the brokers as a JMX exporter shows them: broker ``i`` has applied the newest
+    batch written ``DELAYS[i]`` seconds or more ago (-1 before any)."""
+
+    brokers: list[int] = []
+    written: list[tuple[int, float]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        now, lines = time.time(), ["# TYPE " + OFFSET + " gauge", "# TYPE " + STAMP + " gauge"]
+        for i, b in enumerate(self.brokers):
+            k = bisect.bisect_right(self.written, now - DELAYS[i % len(DELAYS)], key=lambda w: w[1])
+            off, t = self.written[k - 1] if k else (-1, 0.0)
+            lines += [f'{OFFSET}{{broker_id="{b}"}} {off}.0', f'{STAMP}{{broker_id="{b}"}} {int(t * 1000)}.0']
+        body = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def _segments(scenario: str, data_dir: Path) -> Path:
@@ -86,18 +139,20 @@ def _segments(scenario: str, data_dir: Path) -> Path:
     return out
 
 
-def _published_last_offset(lake: Path) -> tuple[int | None, int | None]:
-    """The greatest offset in the published ``log_commit`` (the versioned state) and in the published
-    ``metadata_log`` (bronze: ``ingest --follow``'s side alone, from the files' statistics)."""
+def _published_last_offsets(lake: Path) -> tuple[int | None, int | None, int | None]:
+    """The greatest offset in the published ``log_commit`` (the versioned state), in the published
+    ``metadata_log`` (bronze: ``ingest --follow``'s side alone) and the greatest log end of the
+    published ``cache_lag`` (the last two from the files' statistics)."""
     import pyarrow as pa
     from deltalake import DeltaTable
 
     try:
         pub = {r["table_name"]: r["version"] for r in DeltaTable(str(lake / "_published")).to_pyarrow_table().to_pylist()}
     except Exception:  # noqa: BLE001 - a table being created: try again next poll
-        return None, None
+        return None, None, None
     out: list[int | None] = []
-    for table, column, stats in (("log_commit", "last_offset", False), ("metadata_log", "offset", True)):
+    for table, column, stats in (("log_commit", "last_offset", False), ("metadata_log", "offset", True),
+                                 ("cache_lag", "log_end_offset", True)):
         try:
             dt = DeltaTable(str(lake / table), version=pub[table])
             vals = (pa.table(dt.get_add_actions(flatten=True)).column(f"max.{column}") if stats
@@ -106,14 +161,17 @@ def _published_last_offset(lake: Path) -> tuple[int | None, int | None]:
             vals = []
         vals = [v for v in vals if v is not None]
         out.append(max(vals) if vals else None)
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="tiny")
     ap.add_argument("--minutes", type=float, default=5.0)
-    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--interval", type=float, default=1.0, help="the followers' polls and the stream's trigger, seconds")
+    ap.add_argument("--rate", type=float, default=None, metavar="RECORDS_PER_S",
+                    help="write at this many records per second until --minutes have passed (a storm) instead of "
+                         "spreading the whole scenario over --minutes")
     ap.add_argument("--data-dir", default=str(Path(tempfile.gettempdir()) / "kraft-replay-bench-streaming"))
     ap.add_argument("--compare-rev", default=None, metavar="REV",
                     help="then the same run with the package of git revision REV (a worktree under --data-dir): the "
@@ -137,44 +195,83 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     if args.compare_rev:
         new, old = results.values()
-        print(f"p99 freshness: this checkout {new['p99']:.1f} s vs {args.compare_rev} {old['p99']:.1f} s: "
+        print(f"p99 freshness after the stream's first publication: this checkout {new['p99']:.1f} s vs {args.compare_rev} {old['p99']:.1f} s: "
               f"{old['p99'] / new['p99']:.1f}x; p50 {new['p50']:.1f} s vs {old['p50']:.1f} s")
     return 0
 
 
+def _q(xs: list[float], p: float) -> float:
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def _figures(what: str, lags: list[float]) -> str:
+    return f"{what}: p50 {_q(lags, 0.5):.1f} s, p99 {_q(lags, 0.99):.1f} s, max {lags[-1]:.1f} s" if lags else f"{what}: none"
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
 def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, lib: Path) -> dict | None:
-    """One live run (ingest --follow + replay --mode stream, the package in ``lib``); its freshness figures."""
+    """One live run (the two followers + replay --mode stream, the package in ``lib``); its figures."""
     work = Path(tempfile.mkdtemp(prefix="stream-bench-", dir=data_dir))
     node, lake = work / "node", work / "lake"
     part = node / "__cluster_metadata-0"
     part.mkdir(parents=True)
     shutil.copy(src.parent / "meta.properties", node / "meta.properties")
     shutil.copy(src.parent / "bootstrap.checkpoint", node / "bootstrap.checkpoint")
+    cluster_id = next(ln.split("=", 1)[1].strip() for ln in (src.parent / "meta.properties").read_text().splitlines()
+                      if ln.startswith("cluster.id="))
     logs = sorted(p for p in src.iterdir() if p.suffix == ".log")
     snaps = sorted((int(p.name.split("-")[0]), p) for p in src.iterdir() if p.suffix == ".checkpoint")
     plan = [(seg, s, e, last) for seg in logs for s, e, last in _batches(seg)]
-    gap = args.minutes * 60 / len(plan)
-    print(f"{len(plan)} batches ({plan[-1][3] + 1} offsets) written over {args.minutes:g} min "
-          f"(one every {gap * 1000:.0f} ms); polls every {args.interval:g} s", flush=True)
+    seconds = args.minutes * 60
+    if args.rate:  # a storm: the batches' records at --rate per second, for --minutes
+        at, i, firsts = [], 0, [0] + [last + 1 for *_x, last in plan[:-1]]
+        for i, (_seg, _s, _e, last) in enumerate(plan):
+            t = firsts[i] / args.rate
+            if t >= seconds:
+                break
+            at.append(t)
+        plan = plan[:len(at)]
+    else:
+        at = [i * seconds / len(plan) for i in range(len(plan))]
+    print(f"{len(plan)} batches ({plan[-1][3] + 1} offsets) written over {at[-1] / 60:.1f} min "
+          f"({(plan[-1][3] + 1) / max(at[-1], 1e-9):,.0f} records/s); polls and trigger every {args.interval:g} s", flush=True)
+    brokers = _brokers(data_dir, args.scenario)
+    written: list[tuple[int, float]] = []
+    Exporter.brokers, Exporter.written = brokers, written
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
 
     env = {**os.environ, "PYTHONPATH": str(lib)}
-    procs = [subprocess.Popen([sys.executable, "-m", "kraft_replay.serve.cli", "ingest", str(node), "--lake", str(lake), "--follow", "--interval", str(args.interval)],
-                              stdout=subprocess.DEVNULL, stderr=open(work / "ingest.log", "w"), env=env, cwd=ROOT)]
-    # the stream needs the bronze tables: start it once the first ingest published
-    written: list[tuple[int, float]] = []
+    cli = [sys.executable, "-m", "kraft_replay.serve.cli"]
+
+    def start(name: str, *cmd: str) -> subprocess.Popen:
+        return subprocess.Popen([*cli, *cmd], stdout=subprocess.DEVNULL, stderr=open(work / f"{name}.log", "w"),  # noqa: SIM115
+                                env=env, cwd=ROOT)
+
+    procs = [start("ingest", "ingest", str(node), "--lake", str(lake), "--follow", "--interval", str(args.interval))]
     seen: dict[int, float] = {}
     in_bronze: dict[int, float] = {}
+    in_lag: dict[int, float] = {}
+    backlog: list[tuple[float, int]] = []
     stop = threading.Event()
 
     def poll() -> None:
+        last_backlog = 0.0
         while not stop.is_set():
-            offsets = _published_last_offset(lake)
+            offsets = _published_last_offsets(lake)
             now = time.time()
-            for off, into in zip(offsets, (seen, in_bronze)):
+            for off, into in zip(offsets, (seen, in_bronze, in_lag), strict=True):
                 if off is not None:
                     for last, _t in written:
                         if last <= off and last not in into:
                             into[last] = now
+            if now - last_backlog >= 10 and written:
+                backlog.append((now, written[-1][0] - (offsets[0] if offsets[0] is not None else -1)))
+                last_backlog = now
             time.sleep(0.25)
 
     poller = threading.Thread(target=poll, daemon=True)
@@ -182,22 +279,23 @@ def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, lib: Path) -> 
         started_stream = False
         t0 = time.time()
         handles: dict[Path, object] = {}
-        for i, (seg, s, e, last) in enumerate(plan):
-            target = t0 + i * gap
-            time.sleep(max(0.0, target - time.time()))
+        for (seg, s, e, last), when in zip(plan, at, strict=True):
+            time.sleep(max(0.0, t0 + when - time.time()))
             write_batch(part, handles, seg, s, e, last, snaps, written)
             if not started_stream and (lake / "metadata_log").is_dir() and (lake / "_published").is_dir():
-                procs.append(subprocess.Popen([sys.executable, "-m", "kraft_replay.serve.cli", "replay", "--lake", str(lake),
-                                               "--mode", "stream", "--trigger", str(args.interval)],
-                                              stdout=subprocess.DEVNULL, stderr=open(work / "replay.log", "w"),
-                                              env=env, cwd=ROOT))
+                # the stream and the metrics follower need the bronze tables: started once the first ingest published
+                procs.append(start("metrics", "ingest-metrics", url, "--lake", str(lake), "--cluster-id", cluster_id,
+                                   "--follow", "--interval", str(args.interval)))
+                procs.append(start("replay", "replay", "--lake", str(lake), "--mode", "stream", "--trigger", str(args.interval)))
                 started_stream = True
                 poller.start()
         written_until = time.time()
         deadline = written_until + 600
-        while len(seen) < len(written) and time.time() < deadline and all(p.poll() is None for p in procs):
+        while (len(seen) < len(written) or len(in_lag) < len(written)) and time.time() < deadline \
+                and all(p.poll() is None for p in procs):
             time.sleep(1)
         stop.set()
+        state_bytes = _dir_bytes(lake / "_streams")
         for p in procs:
             p.send_signal(signal.SIGINT)
         for p in procs:
@@ -205,39 +303,50 @@ def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, lib: Path) -> 
                 p.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 p.kill()
+        server.shutdown()
     lags = sorted(seen[last] - t for last, t in written if last in seen)
     missing = len(written) - len(lags)
     log_lines = open(work / "replay.log").read().splitlines()
     batches = sum(1 for ln in log_lines if ln.startswith("batch ") and "published" in ln)
-    # this design's lines ("+N record(s)", "replayed whole"), and the earlier one's (resumed / whole replays)
-    resumed = sum(1 for ln in log_lines if "resumed at offset" in ln or (ln.startswith("batch ") and "record(s)" in ln))
-    whole = sum(1 for ln in log_lines if "log stage and plan ready" in ln or "replayed whole" in ln)
+    resumed = sum(1 for ln in log_lines if ln.startswith("batch ") and "record(s)" in ln)
+    whole = [ln for ln in log_lines if "replayed whole" in ln]
     if not lags:
         print("no batch became visible; see", work)
         return None
-
-    def q(p: float, xs: list[float] = lags) -> float:
-        return xs[min(len(xs) - 1, int(p * len(xs)))]
-
-    print(f"freshness over {len(lags)} batches ({missing} never visible): p50 {q(0.5):.1f} s, p99 {q(0.99):.1f} s, "
-          f"max {lags[-1]:.1f} s (target p99 <= 5 s)")
-    # the same, leaving out what the stream's start costs: batches written after its first publication
+    print(_figures(f"freshness in the versioned state over {len(lags)} batches ({missing} never visible)", lags)
+          + " (target p99 <= 5 s)")
     first = min(seen.values())
     warm = sorted(seen[last] - t for last, t in written if last in seen and t > first)
     secs = sorted(float(ln.split("published in ")[1].split()[0]) for ln in log_lines
                   if ln.startswith("batch ") and "published in" in ln)
-    if warm and secs:
-        print(f"  of which the {len(warm)} written after the stream's first publication ({first - written[0][1]:.1f} s "
-              f"after the first batch): p50 {q(0.5, warm):.1f} s, p99 {q(0.99, warm):.1f} s, max {warm[-1]:.1f} s; "
-              f"micro-batches p50 {q(0.5, secs):.1f} s, max {secs[-1]:.1f} s")
+    print(f"  of the {len(warm)} batches written after the stream's first publication ({first - written[0][1]:.1f} s "
+          f"after the first batch): " + _figures("versioned state", warm).split(": ", 1)[1])
+    lag_warm = sorted(in_lag[last] - t for last, t in written if last in in_lag and t > first)
+    print("  " + _figures(f"in cache_lag ({len(written) - len(in_lag)} never)", lag_warm))
     bronze = sorted(in_bronze[last] - t for last, t in written if last in in_bronze and t > first)
-    if bronze:  # the same batches' time to the published bronze table: ingest --follow's share of it
-        print(f"  the same batches in the published bronze metadata_log (ingest --follow alone): p50 {q(0.5, bronze):.1f} s, "
-              f"p99 {q(0.99, bronze):.1f} s, max {bronze[-1]:.1f} s; polls published: "
-              f"{sum(1 for ln in open(work / 'ingest.log') if ln.startswith('poll ') and 'published' in ln)}")
-    print(f"stream micro-batches published: {batches} ({resumed} absorbed / resumed, {whole} whole replays); peak RSS of "
-          f"ingest --follow + replay --mode stream: {rss.peak / 2**30:.2f} GiB; logs in {work}")
-    return {"p50": q(0.5), "p99": q(0.99), "max": lags[-1], "batches": batches}
+    polls = sum(1 for ln in open(work / "ingest.log") if ln.startswith("poll ") and "published" in ln)
+    print("  " + _figures("in the published bronze metadata_log (ingest --follow alone)", bronze) + f"; polls published: {polls}")
+    if secs:
+        print(f"  micro-batches: {batches} published ({resumed} absorbed, {len(whole)} whole replays), seconds p50 "
+              f"{_q(secs, 0.5):.2f}, p99 {_q(secs, 0.99):.2f}, max {secs[-1]:.2f}")
+    for ln in whole[:5]:
+        print("    " + ln[:200])
+    if backlog:
+        print("  backlog (offsets written, not yet in the versioned state), every 10 s: "
+              + " ".join(str(b) for _t, b in backlog))
+    roles = ", ".join(f"{role} {r / 2**30:.2f}" for role, r, _a in sorted(rss.at_peak, key=lambda x: -x[1])[:6])
+    print(f"  peak RSS of the process tree {rss.peak / 2**30:.2f} GiB (at the peak, GiB: {roles}); state store and "
+          f"checkpoint {state_bytes / 2**20:.1f} MiB; logs in {work}")
+    return {"p50": _q(warm, 0.5), "p99": _q(warm, 0.99), "lag_p99": _q(lag_warm, 0.99) if lag_warm else float("nan"),
+            "batches": batches}
+
+
+def _brokers(data_dir: Path, scenario: str) -> list[int]:
+    """The broker ids of the generated cluster (its ``broker_progress`` samples)."""
+    from deltalake import DeltaTable
+
+    t = DeltaTable(str(data_dir / f"gen-{scenario}" / "broker_progress")).to_pyarrow_table(columns=["broker_id"])
+    return sorted(set(t.column("broker_id").to_pylist()))
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ class Step:
     quarantine: pa.Table = field(default_factory=QUARANTINE_SCHEMA.empty_table)
     reason: str | None = None
     records: int = 0          # records replayed by the step
+    lag_whole: bool = False   # the stream's cache_lag rows in ``tables`` replace the cluster's (computed whole)
 
     @property
     def changed(self) -> list[str]:

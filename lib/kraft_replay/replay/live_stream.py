@@ -41,8 +41,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA
+from kraft_replay.ingest.schemas import (
+    BROKER_PROGRESS_SCHEMA, CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, QUORUM_STATUS_SCHEMA, SNAPSHOT_SCHEMA)
 from kraft_replay.lake.stream import COMMIT_VERSION, TABLE_COLUMN
+from kraft_replay.outcomes.cache_lag import CACHE_LAG
+from kraft_replay.outcomes.live_lag import CACHE_LAG_KEY, CACHE_LAG_SCHEMA, LagUnabsorbable, LiveLag
 from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable
 from kraft_replay.replay.run import QUARANTINE
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
@@ -52,6 +55,16 @@ __all__ = ["BRONZE", "OUTPUT", "LiveReplay", "changes", "write_steps", "steps_of
 #: the bronze tables the live replay reads, and their schemas
 BRONZE = {"metadata_log": LOG_SCHEMA, "metadata_control": CONTROL_SCHEMA, "snapshot_records": SNAPSHOT_SCHEMA}
 METRICS = "broker_progress"
+STATUS = "quorum_status"
+#: the metric tables the live cache lag reads (the columns it needs)
+LAG_INPUTS = {METRICS: BROKER_PROGRESS_SCHEMA,
+              STATUS: pa.schema([QUORUM_STATUS_SCHEMA.field(c) for c in ("cluster_id", "observed_at", "high_watermark")])}
+#: the silver columns the live cache lag reads
+LAG_SILVER = {t: pa.schema([SILVER_TABLES[t].schema.field(c) for c in cols]) for t, cols in (
+    ("log_batches", ("cluster_id", "batch_last_offset", "append_time")),
+    ("brokers", ("cluster_id", "broker_id", "valid_from_offset", "record_offset", "valid_to_offset", "deleted", "fenced")),
+    ("partitions", ("cluster_id", "topic_id", "partition_id", "valid_from_offset", "record_offset", "valid_to_offset",
+                    "deleted", "leader", "leader_epoch")))}
 # the operator's extra input columns (names without a leading underscore: pandas hand-offs rename those)
 SOURCE = "kr_source"
 VERSION = "kr_version"
@@ -64,12 +77,15 @@ DIVERGENT = "DIVERGENT_UNCOMMITTED"
 
 def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | None = None) -> DataFrame:  # noqa: ANN001
     """A streaming DataFrame of every bronze row published from now on (the first micro-batch: every
-    row already there): the three log tables' rows and the new ``broker_progress`` samples, ``kr_source``
-    naming the table and ``kr_version`` the table version that added the row. One stream over the four
-    tables (``Lake.read_stream_tables``): each micro-batch ends at one published moment in all of them,
-    so an ingest run's log and control rows arrive together."""
-    df = lake.read_stream_tables([*BRONZE, METRICS], max_files_per_trigger=max_files_per_trigger, with_version=True)
+    row already there): the three log tables' rows, the new ``broker_progress`` samples and
+    ``quorum_status`` captures (the columns the cache lag reads), ``kr_source`` naming the table and
+    ``kr_version`` the table version that added the row. One stream over the five tables
+    (``Lake.read_stream_tables``): each micro-batch ends at one published moment in all of them, so
+    an ingest run's log and control rows arrive together."""
+    df = lake.read_stream_tables([*BRONZE, *LAG_INPUTS], max_files_per_trigger=max_files_per_trigger, with_version=True)
     df = df.withColumnRenamed(TABLE_COLUMN, SOURCE).withColumnRenamed(COMMIT_VERSION, VERSION)
+    names = dict.fromkeys(n for schema in (*BRONZE.values(), *LAG_INPUTS.values()) for n in schema.names)
+    df = df.select(*names, SOURCE, VERSION)
     return df if cluster_id is None else df.where(F.col("cluster_id") == F.lit(cluster_id))
 
 
@@ -92,15 +108,16 @@ def _arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
 
 
 def read_bronze(lake_root: str, cluster_id: str, versions: dict[str, int | None],  # noqa: ANN001
-                storage_options: dict[str, str] | None = None) -> tuple[list[pa.Table], dict[str, int]]:
-    """The cluster's rows of the three bronze tables at ``versions`` (None: the published version),
-    read with delta-rs (no Spark), and the version each was read at."""
+                storage_options: dict[str, str] | None = None,
+                tables: dict[str, pa.Schema] = BRONZE) -> tuple[list[pa.Table], dict[str, int]]:
+    """The cluster's rows of ``tables`` (the three log tables by default) at ``versions`` (None: the
+    published version), read with delta-rs (no Spark), and the version each was read at."""
     from kraft_replay.lake import Lake
 
     lake = Lake(lake_root, None, backend="deltars", storage_options=storage_options)
     published = lake.published_versions()
     out, at = [], {}
-    for t, schema in BRONZE.items():
+    for t, schema in tables.items():
         v = versions.get(t)
         v = published.get(t) if v is None else v
         if not lake.exists(t) or v is None:
@@ -113,46 +130,101 @@ def read_bronze(lake_root: str, cluster_id: str, versions: dict[str, int | None]
 
 
 class LiveReplay(StatefulProcessor):
-    """The stream's stateful operator (see the module docstring), keyed by cluster id."""
+    """The stream's stateful operator (see the module docstring), keyed by cluster id. ``lag_bucket``:
+    the cache lag's bucket in seconds; ``lag_window``: how far behind the newest sample its state reaches
+    (:class:`~kraft_replay.outcomes.live_lag.LiveLag`)."""
 
-    def __init__(self, lake_root: str, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(self, lake_root: str, storage_options: dict[str, str] | None = None, lag_bucket: float = 1.0,
+                 lag_window: float = 600.0) -> None:
         self.lake_root = lake_root
         self.storage_options = storage_options
+        self.lag = {"bucket_s": lag_bucket, "window_s": lag_window}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("live", StructType([StructField("blob", BinaryType())]))
+
+    def _whole(self, cid: str, delivered: dict[str, int], read: dict[str, int], reason: str):  # noqa: ANN202
+        """The cluster replayed whole, and its cache lag computed whole, from its rows read with delta-rs
+        at the versions delivered so far: the live state, the lag state, the step (with ``cache_lag``)
+        and the versions read."""
+        versions = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in (*BRONZE, *LAG_INPUTS)}
+        at = {t: (v if v >= 0 else None) for t, v in versions.items()}
+        tables, read = read_bronze(self.lake_root, cid, at, self.storage_options)
+        live, step = LiveCluster.replay(cid, *tables, reason=reason)
+        (samples, status), read_lag = read_bronze(self.lake_root, cid, at, self.storage_options, LAG_INPUTS)
+        lag, rows = LiveLag.whole(cid, *(step.tables.get(t) for t in ("log_batches", "brokers", "partitions")),
+                                  samples, status, **self.lag)
+        step.tables[CACHE_LAG] = rows
+        return live, lag, step, {**read, **read_lag}
+
+    def _lag_whole(self, cid: str, step: Step | None, delivered: dict[str, int], read: dict[str, int]):  # noqa: ANN202
+        """The cluster's cache lag computed whole: its samples and captures read with delta-rs at the
+        versions delivered so far, its published ``log_batches``, ``brokers`` and ``partitions`` with
+        ``step``'s rows applied. The lag state, its rows and the versions read."""
+        at = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in LAG_INPUTS}
+        (samples, status), read_lag = read_bronze(self.lake_root, cid, {t: (v if v >= 0 else None) for t, v in at.items()},
+                                                  self.storage_options, LAG_INPUTS)
+        published, _ = read_bronze(self.lake_root, cid, {}, self.storage_options, LAG_SILVER)
+        silver = []
+        for (t, schema), rows in zip(LAG_SILVER.items(), published, strict=True):
+            new = None if step is None else step.tables.get(t)
+            if new is not None and t in VERSIONED_TABLES:  # the step's rows: the versions it closed, every open one
+                rows = rows.filter(pc.is_valid(rows.column("valid_to_offset")))
+            silver.append(rows if new is None else pa.concat_tables([rows, new.select(schema.names).cast(schema)]))
+        lag, out = LiveLag.whole(cid, *silver, samples, status, **self.lag)
+        return lag, out, {**read, **read_lag}
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         cid = key[0]
         pdf = pd.concat(list(rows), ignore_index=True)
         metrics = bool((pdf[SOURCE] == METRICS).any())
         held = pickle.loads(self.state.get()[0]) if self.state.exists() else None
-        live, read = held if held is not None else (None, {})
-        got, delivered = {}, {}
-        for t, schema in BRONZE.items():
+        # state: the kernel, the versions a whole replay read, the cache lag, the versions delivered so far
+        live, read, lag, delivered = [*held, *[None, {}][len(held) - 2:]] if held is not None else (None, {}, None, {})
+        got, arrived = {}, set()
+        for t, schema in (*BRONZE.items(), *LAG_INPUTS.items()):
             sub = pdf[pdf[SOURCE] == t]
             if len(sub):
-                delivered[t] = int(sub[VERSION].max())
+                arrived.add(t)
+                delivered[t] = max(delivered.get(t, -1), int(sub[VERSION].max()))
                 sub = sub[sub[VERSION] > read.get(t, -1)]  # a whole replay read these already
             got[t] = _arrow(sub, schema)
-        new = any(x.num_rows for x in got.values())
-        out: list[dict[str, Any]] = []
-        if new or live is None and delivered:
-            step, reason = None, "the cluster's first rows in this stream"
+        new = any(got[t].num_rows for t in BRONZE)
+        new_lag = any(got[t].num_rows for t in LAG_INPUTS)
+        step = None
+        if new or live is None and arrived & set(BRONZE):
+            reason = "the cluster's first rows in this stream"
             if live is not None:
                 try:
-                    step = live.step(*got.values())
+                    step = live.step(*(got[t] for t in BRONZE))
                 except Unabsorbable as exc:
                     reason = str(exc)
             if step is None:
-                versions = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in BRONZE}
-                tables, read = read_bronze(self.lake_root, cid, {t: (v if v >= 0 else None) for t, v in versions.items()},
-                                           self.storage_options)
-                live, step = LiveCluster.replay(cid, *tables, reason=reason)
-            self.state.update((pickle.dumps((live, read)),))
+                live, lag, step, read = self._whole(cid, delivered, read, reason)
+        if live is not None and not (step is not None and step.whole) and (step is not None or new_lag):
+            # seed 002's cache lag, sample by sample: what the step and the new samples change
+            inputs = step.tables if step is not None else {}
+            try:
+                if lag is None:
+                    raise LagUnabsorbable("no cache lag state yet")  # a state kept before the live cache lag
+                rows_lag = lag.step(*(inputs.get(t) for t in ("log_batches", "brokers", "partitions")),
+                                    got[METRICS], got[STATUS])
+                if rows_lag.num_rows:
+                    step = step or Step(cid, False, {})
+                    step.tables[CACHE_LAG] = rows_lag
+            except LagUnabsorbable:  # reaches behind the lag's window: the cluster's lag computed whole
+                lag, rows_lag, read = self._lag_whole(cid, step, delivered, read)
+                step = step or Step(cid, False, {})
+                step.tables[CACHE_LAG] = rows_lag
+                step.lag_whole = True
+        if arrived:
+            self.state.update((pickle.dumps((live, read, lag, delivered)),))
+        out: list[dict[str, Any]] = []
+        if step is not None:
             kind = "whole" if step.whole else "step"
             for name, t in step.tables.items():
-                out.append({"cluster_id": cid, "kind": kind, "name": name, "data": _ipc(t), "reason": step.reason,
+                k = "lag-whole" if name == CACHE_LAG and step.lag_whole and not step.whole else kind
+                out.append({"cluster_id": cid, "kind": k, "name": name, "data": _ipc(t), "reason": step.reason,
                             "records": step.records})
             if step.whole:
                 out.append({"cluster_id": cid, "kind": kind, "name": QUARANTINE, "data": _ipc(step.quarantine),
@@ -177,6 +249,7 @@ def steps_of(rows: pa.Table) -> tuple[list[Step], list[str]]:
             metrics.append(cid)
             continue
         s = steps.setdefault(cid, Step(cid, r["kind"] == "whole", {}, reason=r["reason"], records=r["records"] or 0))
+        s.lag_whole = s.lag_whole or r["kind"] == "lag-whole"
         t = _from_ipc(r["data"])
         if r["name"] == QUARANTINE:
             s.quarantine = t
@@ -209,6 +282,7 @@ def ensure_silver_tables(lake) -> None:  # noqa: ANN001 - a Lake
         lake.create_table(name, from_arrow_schema(spec.schema), partition_by=list(spec.partition_by))
     lake.create_table(REPLAY_PROGRESS, from_arrow_schema(REPLAY_PROGRESS_SCHEMA), partition_by=["cluster_id"])
     lake.create_table(QUARANTINE, from_arrow_schema(QUARANTINE_SCHEMA), partition_by=["cluster_id"])
+    lake.create_table(CACHE_LAG, from_arrow_schema(CACHE_LAG_SCHEMA), partition_by=["cluster_id"])
 
 
 def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | None:  # noqa: ANN001 - a Lake
@@ -234,7 +308,11 @@ def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | No
         for s in steps:
             part = {"cluster_id": s.cluster_id}
             for name, rows in s.tables.items():
-                if s.whole and name in VERSIONED_TABLES:  # closed and open versions in files of their own
+                if name == CACHE_LAG and s.lag_whole and not s.whole:  # the cluster's lag computed whole
+                    lake.rewrite_arrow(name, part, lambda old, r=rows: [r])
+                elif name == CACHE_LAG and not s.whole:  # seed 002: the buckets the step changed
+                    lake.merge_arrow(name, rows, CACHE_LAG_KEY)
+                elif s.whole and name in VERSIONED_TABLES:  # closed and open versions in files of their own
                     lake.rewrite_arrow(name, part, lambda old, r=rows: [_closed(r), _open(r)])
                 elif s.whole:
                     lake.rewrite_arrow(name, part, lambda old, r=rows: [r])
@@ -252,12 +330,15 @@ def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | No
                 q = s.quarantine
                 lake.rewrite_arrow(QUARANTINE, part, lambda old, q=q: [
                     old.filter(pc.invert(pc.equal(pc.fill_null(old.column("reason_code"), ""), DIVERGENT))), q])
+            if "log_commit" not in s.tables:
+                continue  # new metric samples only: cache_lag merged (the same rows again if run again)
             commit = s.tables["log_commit"].to_pylist()
             last = commit[0]["last_offset"] if commit else None
             progress.append({"cluster_id": s.cluster_id, "replayed_at": now, "run_id": run_id,
                              "mode": "FULL" if s.whole else "LIVE", "reason": s.reason if s.whole else None,
                              "through_offset": last, "new_records": s.records})
-        lake.merge_arrow(REPLAY_PROGRESS, pa.Table.from_pylist(progress, schema=REPLAY_PROGRESS_SCHEMA), ["cluster_id"])
+        if progress:
+            lake.merge_arrow(REPLAY_PROGRESS, pa.Table.from_pylist(progress, schema=REPLAY_PROGRESS_SCHEMA), ["cluster_id"])
         return lake.publish(names, run_id)
     except BaseException:
         lake.end_run()
@@ -273,6 +354,7 @@ class LiveReport:
     whole: int = 0
     reasons: list[str] = field(default_factory=list)
     derived: int = 0
+    lag_buckets: int = 0      # cache_lag rows written (a bucket written again counts again)
     batch_seconds: list[float] = field(default_factory=list)
 
     def line(self) -> str:
@@ -280,7 +362,8 @@ class LiveReport:
             return "replay stream: no new bronze rows"
         s = sorted(self.batch_seconds)
         return (f"replay stream: {self.batches} micro-batch(es), {self.steps} cluster step(s) ({self.whole} whole "
-                f"replay(s)), derived tables {self.derived} time(s); seconds per batch p50 {s[len(s) // 2]:.2f}, max {s[-1]:.2f}")
+                f"replay(s)), cache_lag {self.lag_buckets} bucket row(s), derived tables {self.derived} time(s); "
+                f"seconds per batch p50 {s[len(s) // 2]:.2f}, max {s[-1]:.2f}")
 
 
 def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: LiveReport,  # noqa: ANN001
@@ -298,13 +381,17 @@ def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: Li
     pending.update(s.cluster_id for s in steps)
     pending.update(metrics)
     report.batches += 1
-    report.steps += len(steps)
+    report.steps += sum(1 for s in steps if s.whole or "log_commit" in s.tables)
+    report.lag_buckets += sum(s.tables[CACHE_LAG].num_rows for s in steps if CACHE_LAG in s.tables)
     for s in steps:
         if s.whole:
             report.whole += 1
             report.reasons.append(f"{s.cluster_id}: {s.reason}")
     report.batch_seconds.append(time.time() - t0)
-    what = ", ".join(f"{s.cluster_id} {'replayed whole (' + str(s.reason) + ')' if s.whole else f'+{s.records} record(s)'}"
+    what = ", ".join(f"{s.cluster_id} " + ("replayed whole (" + str(s.reason) + ")" if s.whole else
+                                           f"+{s.records} record(s)" if "log_commit" in s.tables else "metrics only")
+                     + (f", cache_lag {s.tables[CACHE_LAG].num_rows} bucket(s)" + (" (computed whole)" if s.lag_whole else "")
+                        if CACHE_LAG in s.tables else "")
                      for s in steps) or "no log rows"
     note = " (already written: a micro-batch run again)" if published is None else ""
     say(f"batch {batch_id}: {what}" + (f"; metrics of {', '.join(metrics)}" if metrics else "")

@@ -149,7 +149,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="poll interval of the followers (default 1)")
     p.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS", help="the stream's trigger (default 1)")
     p.add_argument("--derive-every", type=float, default=60.0, metavar="SECONDS",
-                   help="how often the stream recomputes cache_lag and the outcome tables (default 60)")
+                   help="how often the stream recomputes broker_applied, image_snapshots and the outcome tables "
+                        "(default 60; cache_lag follows every micro-batch)")
     p.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
     p.add_argument("--port", type=int, default=8050, help="the dashboard's port (default 8050)")
     p.set_defaults(func=run)

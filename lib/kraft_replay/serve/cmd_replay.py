@@ -10,7 +10,8 @@ exit 2 with one line on bad input (missing bronze tables, an unknown cluster), n
 ``--mode stream`` (:mod:`.replay_stream`) keeps the same tables current with Structured Streaming:
 ``--trigger SECONDS`` runs until interrupted (or ``--run-for``), ``--available-now`` processes what
 is new and stops; each cluster's replay is kept in the stream's state store and advanced with each
-micro-batch's records (``--derive-every``: how often the derived tables follow).
+micro-batch's records, ``cache_lag`` with its new metric samples (``--derive-every``: how often the
+other derived tables follow).
 """
 
 from __future__ import annotations
@@ -58,9 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "small (under 100,000 records), is replayed whole (the summary says why). Stream mode does "
                         "this by default")
     p.add_argument("--derive-every", type=float, default=60.0, metavar="SECONDS",
-                   help="stream: recompute image_snapshots, broker_applied, cache_lag and the outcome tables of the "
-                        "clusters touched since, at most every SECONDS (default 60; 0: after every micro-batch) and "
-                        "when the stream stops")
+                   help="stream: recompute image_snapshots, broker_applied and the outcome tables of the clusters "
+                        "touched since, at most every SECONDS (default 60; 0: after every micro-batch) and when the "
+                        "stream stops (cache_lag follows every micro-batch)")
     p.add_argument("--lag-bucket", type=float, default=1.0, metavar="SECONDS",
                    help="time bucket of cache_lag (written when the lake holds broker_progress; default 1)")
     p.set_defaults(func=run)

@@ -31,16 +31,16 @@ def default_checkpoint(lake_root: str, cluster_id: str | None) -> str:
     return f"{lake_root.rstrip('/')}/{STREAMS_DIR}/replay" + ("" if cluster_id is None else f"-{cluster_id}")
 
 
-def derive(spark: SparkSession, lake, clusters: Sequence[str], *, lag_bucket: float = 1.0,  # noqa: ANN001 - a Lake
+def derive(spark: SparkSession, lake, clusters: Sequence[str], *,  # noqa: ANN001 - a Lake
            image_at: Sequence[int] = (), say: Callable[[str], None] = print) -> None:
     """The derived tables of ``clusters`` from the lake's silver tables, as the batch jobs write them:
-    ``image_snapshots``, ``broker_applied`` and ``cache_lag`` (with broker metrics), the outcome tables
-    (with client requests)."""
+    ``image_snapshots``, ``broker_applied`` (with broker metrics), the outcome tables (with client
+    requests). ``cache_lag`` is not among them: the stream's operator keeps it current
+    (:mod:`kraft_replay.outcomes.live_lag`)."""
     import uuid
 
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from kraft_replay.outcomes.cache_lag import write_cache_lag
     from kraft_replay.outcomes.run import write_outcomes
     from kraft_replay.replay.images import image_snapshots
     from kraft_replay.replay.run import cluster_where, run_broker_applied
@@ -58,13 +58,12 @@ def derive(spark: SparkSession, lake, clusters: Sequence[str], *, lag_bucket: fl
                                    schema=from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
         say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version})")
         run_broker_applied(spark, lake, clusters, say=say)
-    write_cache_lag(lake, clusters, say=say, bucket_s=lag_bucket)
     write_outcomes(spark, lake, clusters, say=say)
 
 
 def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
                trigger_seconds: float | None = 1.0, available_now: bool = False, checkpoint: str | None = None,
-               run_for: float | None = None, lag_bucket: float = 1.0, image_at: Sequence[int] = (),
+               run_for: float | None = None, lag_bucket: float = 1.0, lag_window: float = 600.0, image_at: Sequence[int] = (),
                max_files_per_trigger: int | None = None, derive_every: float = 60.0,
                say: Callable[[str], None] = print) -> LiveReport:
     """Run the live replay until it is idle (``available_now``), ``run_for`` seconds have passed, or
@@ -85,7 +84,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     if run_for is not None:
         run_for = max(0.1, run_for - (time.monotonic() - started))
     # broker_progress is watched from the start, so that metrics ingested later reach the stream
-    ensure_bronze_tables(lake, [METRICS_BRONZE_TABLES[PROGRESS]])
+    ensure_bronze_tables(lake, [METRICS_BRONZE_TABLES[t] for t in (PROGRESS, "quorum_status")])
     ensure_silver_tables(lake)
     ckpt = checkpoint or default_checkpoint(lake.root, cluster_id)
     trig = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds:g} seconds"}
@@ -104,7 +103,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     def run_derive(clusters: list[str]) -> None:
         t0 = time.time()
         try:
-            derive(spark, derive_lake, clusters, lag_bucket=lag_bucket, image_at=image_at, say=lambda s: say("  " + s.strip()))
+            derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()))
         except BaseException as exc:  # noqa: BLE001 - raised in the stream's thread (due)
             failed.append(exc)
             return
@@ -138,7 +137,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
         due()
 
     live = (changes(lake, cluster_id, max_files_per_trigger).groupBy("cluster_id")
-            .transformWithStateInPandas(LiveReplay(lake.root), OUTPUT, "Append", "None"))
+            .transformWithStateInPandas(LiveReplay(lake.root, lag_bucket=lag_bucket, lag_window=lag_window), OUTPUT, "Append", "None"))
     query = (live.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).trigger(**trig)
              .queryName("kraft_replay_live").start())
     say(f"replay stream: checkpoint {ckpt}; " + ("processing what is new, then stopping" if available_now else
