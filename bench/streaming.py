@@ -2,7 +2,7 @@
 + ``replay --mode stream``).
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/streaming.py [--scenario tiny] [--minutes 5]
-        [--interval 1] [--rate RECORDS_PER_S] [--data-dir DIR] [--compare-rev REV]
+        [--interval 1] [--trigger S] [--rate RECORDS_PER_S] [--data-dir DIR] [--compare-rev REV]
 
 A generated cluster (``kraft-replay generate --segments-out``, cached in ``--data-dir``) is written
 into a live node dir in real time, as a running cluster writes it: its batches are appended to the
@@ -13,7 +13,8 @@ appear as they did in the generated node. A Prometheus endpoint in this process 
 broker's ``last-applied-record-offset`` / ``-timestamp`` as a JMX exporter does: the brokers apply
 what was written 0.05-3 s earlier (a different delay each). Three real processes run meanwhile:
 ``kraft-replay ingest NODE --follow``, ``kraft-replay ingest-metrics URL --follow`` and
-``kraft-replay replay --mode stream``, polls and trigger every ``--interval`` seconds. A poller reads
+``kraft-replay replay --mode stream``, polls every ``--interval`` seconds, the stream's trigger every
+``--trigger`` (default the same). A poller reads
 the published lake (delta-rs, no Spark) every 0.25 s.
 
 **Freshness** of a batch = the moment its last offset is visible in the published versioned state
@@ -75,7 +76,7 @@ def restamp(batch: bytes, now_ms: int) -> bytes:
     base, top = struct.unpack(">qq", batch[27:43])
     out = bytearray(batch)
     out[27:43] = struct.pack(">qq", now_ms - (top - base), now_ms)
-    out[17:21] = struct.pack(">I", crc32c(out[CRC_START:]))
+    out[17:21] = struct.pack(">I", crc32c(bytes(out[CRC_START:])))
     return bytes(out)
 
 
@@ -168,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="tiny")
     ap.add_argument("--minutes", type=float, default=5.0)
-    ap.add_argument("--interval", type=float, default=1.0, help="the followers' polls and the stream's trigger, seconds")
+    ap.add_argument("--interval", type=float, default=1.0, help="the followers' polls, seconds")
+    ap.add_argument("--trigger", type=float, default=None, help="the stream's trigger, seconds (default: --interval)")
     ap.add_argument("--rate", type=float, default=None, metavar="RECORDS_PER_S",
                     help="write at this many records per second until --minutes have passed (a storm) instead of "
                          "spreading the whole scenario over --minutes")
@@ -237,7 +239,8 @@ def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, lib: Path) -> 
     else:
         at = [i * seconds / len(plan) for i in range(len(plan))]
     print(f"{len(plan)} batches ({plan[-1][3] + 1} offsets) written over {at[-1] / 60:.1f} min "
-          f"({(plan[-1][3] + 1) / max(at[-1], 1e-9):,.0f} records/s); polls and trigger every {args.interval:g} s", flush=True)
+          f"({(plan[-1][3] + 1) / max(at[-1], 1e-9):,.0f} records/s); polls every {args.interval:g} s, trigger every "
+          f"{args.trigger or args.interval:g} s", flush=True)
     brokers = _brokers(data_dir, args.scenario)
     written: list[tuple[int, float]] = []
     Exporter.brokers, Exporter.written = brokers, written
@@ -286,7 +289,8 @@ def _one_run(args: argparse.Namespace, data_dir: Path, src: Path, lib: Path) -> 
                 # the stream and the metrics follower need the bronze tables: started once the first ingest published
                 procs.append(start("metrics", "ingest-metrics", url, "--lake", str(lake), "--cluster-id", cluster_id,
                                    "--follow", "--interval", str(args.interval)))
-                procs.append(start("replay", "replay", "--lake", str(lake), "--mode", "stream", "--trigger", str(args.interval)))
+                procs.append(start("replay", "replay", "--lake", str(lake), "--mode", "stream", "--trigger",
+                                   str(args.trigger or args.interval)))
                 started_stream = True
                 poller.start()
         written_until = time.time()

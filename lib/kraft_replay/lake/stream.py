@@ -482,12 +482,14 @@ def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by
 
 
 def stream_tables(spark: SparkSession, tables: list[tuple[str, str, StructType, list[str]]], *, published_uri: str,
-                  max_files_per_trigger: int | None = None, with_version: bool = False) -> DataFrame:
+                  max_files_per_trigger: int | None = None, with_version: bool = False,
+                  tasks: int | None = None) -> DataFrame:
     """One streaming DataFrame over several tables ``(name, uri, schema, partition_by)`` of one lake
     (:class:`TablesStreamReader`: every micro-batch ends at one published moment in all of them). Its
     columns: every table's (by name; a name two tables type differently is an error), then
     :data:`TABLE_COLUMN` (the row's table) and, ``with_version``, :data:`COMMIT_VERSION`; a row reads
-    null in the columns its table lacks."""
+    null in the columns its table lacks. ``tasks``: how many tasks read a micro-batch's files (default
+    twice the default parallelism)."""
     from pyspark.sql.types import LongType, StringType, StructField
 
     register_source(spark)
@@ -505,7 +507,7 @@ def stream_tables(spark: SparkSession, tables: list[tuple[str, str, StructType, 
               .option("tables", json.dumps(specs))
               .option("published_uri", published_uri)
               .option("schema", union.json())
-              .option("bins", str(max(1, spark.sparkContext.defaultParallelism * 2))))
+              .option("bins", str(tasks or max(1, spark.sparkContext.defaultParallelism * 2))))
     if max_files_per_trigger is not None:
         reader = reader.option("max_files", str(int(max_files_per_trigger)))
     return reader.load()
