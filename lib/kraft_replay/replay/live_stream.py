@@ -5,23 +5,25 @@ and its steps written by the driver with delta-rs commits and one publish per mi
 
 * **Input**: the bronze ``metadata_log``, ``metadata_control`` and ``snapshot_records`` rows the
   lake's streaming source delivers (published runs only), each tagged with its table and the table
-  version that added it, plus the clusters of new ``broker_progress`` samples.
-* **The operator** (:class:`LiveReplay`): the state is the pickled live replay and, per bronze table,
-  the version through which a whole replay already read it. New rows go to
+  version that added it, plus the new ``broker_progress`` samples and ``quorum_status`` captures.
+* **The operator** (:class:`LiveReplay`): the state is the pickled live replay, the cluster's cache
+  lag (:class:`~kraft_replay.outcomes.live_lag.LiveLag`), per input table the version through which a
+  whole replay already read it and the newest version delivered so far. New rows go to
   :meth:`LiveCluster.step`; a cluster seen for the first time, or a step the kernel cannot absorb
   (:class:`~kraft_replay.replay.live.Unabsorbable`), is replayed whole by the sequential rules from
   the cluster's bronze rows read with delta-rs at the versions delivered so far (rows delivered later
-  from those versions are then skipped). Out comes, per cluster, each changed table's rows as Arrow
-  IPC.
+  from those versions are then skipped). The step's rows and the new samples and captures then go to
+  the cache lag, which returns the buckets they changed (computed whole when they reach behind its
+  window). Out comes, per cluster, each changed table's rows as Arrow IPC.
 * **The sink** (:func:`write_steps`, on the driver, no Spark plan): one Spark job brings the
   operator's output over as Arrow; per cluster the versioned tables' files holding open versions are
-  rewritten (closed versions into files of their own), ``log_batches`` and ``log_commit`` merged,
-  anomalies appended, a whole replay replaces the cluster's rows; ``replay_progress`` says what ran
+  rewritten (closed versions into files of their own), ``log_batches``, ``log_commit`` and
+  ``cache_lag`` merged, anomalies appended, a whole replay replaces the cluster's rows; ``replay_progress`` says what ran
   and why; then one publish. The run id is ``live-<query>-<batch>``: a micro-batch Spark runs again
   after a crash finds its run in ``replay_progress`` and writes nothing twice (a run killed before
   its publish is rolled back by the next one).
-* **Derived tables** (``image_snapshots``, ``broker_applied``, ``cache_lag`` and the outcome tables)
-  stay batch DataFrame jobs, run for the clusters touched since their last run every
+* **Derived tables** (``image_snapshots``, ``broker_applied`` and the outcome tables) stay batch
+  DataFrame jobs, run for the clusters touched since their last run every
   ``derive_every`` seconds and when the query stops.
 """
 
