@@ -253,8 +253,7 @@ class LiveLag:
         by_last, next_t = self.b_last[order], self.b_t[order]
         ch_v, ch_p = np.asarray(self.ch_v, np.int64), np.asarray(self.ch_p, np.int64)
 
-        caps = ([(self.cap_before[0], self.cap_before[1], self.cap_before[2])] if self.cap_before else []) + \
-               [(t, h, end_at(t)) for t, h in self.caps]
+        caps = ([self.cap_before] if self.cap_before else []) + [(t, h, end_at(t)) for t, h in self.caps]
         cap_t = [c[0] for c in caps]
         out: dict[str, list] = {c: [] for c in CACHE_LAG_COLUMNS}
         for bid in sorted(self.samples):

@@ -133,6 +133,13 @@ def read_bronze(lake_root: str, cluster_id: str, versions: dict[str, int | None]
     return out, at
 
 
+def _versions_so_far(delivered: dict[str, int], read: dict[str, int]) -> dict[str, int | None]:
+    """Per input table, the version a whole read takes: the newest delivered so far or read by the last
+    whole read (None: the published version, nothing of it delivered yet)."""
+    at = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in (*BRONZE, *LAG_INPUTS)}
+    return {t: (v if v >= 0 else None) for t, v in at.items()}
+
+
 class LiveReplay(StatefulProcessor):
     """The stream's stateful operator (see the module docstring), keyed by cluster id. ``lag_bucket``:
     the cache lag's bucket in seconds; ``lag_window``: how far behind the newest sample its state reaches
@@ -151,8 +158,7 @@ class LiveReplay(StatefulProcessor):
         """The cluster replayed whole, and its cache lag computed whole, from its rows read with delta-rs
         at the versions delivered so far: the live state, the lag state, the step (with ``cache_lag``)
         and the versions read."""
-        versions = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in (*BRONZE, *LAG_INPUTS)}
-        at = {t: (v if v >= 0 else None) for t, v in versions.items()}
+        at = _versions_so_far(delivered, read)
         tables, read = read_bronze(self.lake_root, cid, at, self.storage_options)
         live, step = LiveCluster.replay(cid, *tables, reason=reason)
         (samples, status), read_lag = read_bronze(self.lake_root, cid, at, self.storage_options, LAG_INPUTS)
@@ -165,8 +171,7 @@ class LiveReplay(StatefulProcessor):
         """The cluster's cache lag computed whole: its samples and captures read with delta-rs at the
         versions delivered so far, its published ``log_batches``, ``brokers`` and ``partitions`` with
         ``step``'s rows applied. The lag state, its rows and the versions read."""
-        at = {t: max(delivered.get(t, -1), read.get(t, -1)) for t in LAG_INPUTS}
-        (samples, status), read_lag = read_bronze(self.lake_root, cid, {t: (v if v >= 0 else None) for t, v in at.items()},
+        (samples, status), read_lag = read_bronze(self.lake_root, cid, _versions_so_far(delivered, read),
                                                   self.storage_options, LAG_INPUTS)
         published, _ = read_bronze(self.lake_root, cid, {}, self.storage_options, LAG_SILVER)
         silver = []
@@ -181,7 +186,6 @@ class LiveReplay(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         cid = key[0]
         pdf = pd.concat(list(rows), ignore_index=True)
-        metrics = bool((pdf[SOURCE] == METRICS).any())
         held = pickle.loads(self.state.get()[0]) if self.state.exists() else None
         # state: the kernel, the versions a whole replay read, the cache lag, the versions delivered so far
         live, read, lag, delivered = [*held, *[None, {}][len(held) - 2:]] if held is not None else (None, {}, None, {})
@@ -233,7 +237,7 @@ class LiveReplay(StatefulProcessor):
             if step.whole:
                 out.append({"cluster_id": cid, "kind": kind, "name": QUARANTINE, "data": _ipc(step.quarantine),
                             "reason": step.reason, "records": step.records})
-        if metrics:
+        if METRICS in arrived:
             out.append({"cluster_id": cid, "kind": "metrics", "name": METRICS, "data": None, "reason": None, "records": 0})
         if out:
             yield pd.DataFrame(out, columns=OUTPUT.fieldNames())
