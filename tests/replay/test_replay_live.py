@@ -229,6 +229,26 @@ def test_a_transaction_spanning_steps_is_held_until_its_end() -> None:
     assert fallbacks == [] and sum(absorbed) > 5
 
 
+def test_a_step_emits_only_the_entities_it_touched() -> None:
+    """A step changing one partition emits that partition's closed and new open version only: the
+    other partition's, the brokers' and the topic's open versions stay where they are (a sink keeps
+    them), and the tables built from the steps equal a whole replay."""
+    b = BronzeLog("touch")
+    base_cluster(b)
+    b.batch(change(T1, 0, isr=[1]))
+    units = _units(*b.tables())
+    live, first = LiveCluster.replay("touch", *_steps(units[:-1], [len(units) - 1])[0])
+    step = live.step(*units[-1])
+    assert first.tables["partitions"].num_rows == 2 and first.tables["brokers"].num_rows > 3
+    versions = step.tables["partitions"].select(["partition_id", "valid_to_offset"]).to_pylist()
+    assert sorted(v["partition_id"] for v in versions) == [0, 0]
+    assert sorted(v["valid_to_offset"] is None for v in versions) == [False, True]
+    assert not {"brokers", "topics"} & set(step.tables)
+    built = apply_step(apply_step({}, first), step)
+    want = replay(*b.tables())
+    assert _sorted(built["partitions"]).equals(_sorted(want["partitions"]))
+
+
 def test_a_snapshot_mid_stream_commits_the_batches_it_covers() -> None:
     """A snapshot written while the log goes on: absorbed; the batches it covers become certainly
     committed (their log_batches rows change in that step)."""

@@ -40,7 +40,7 @@ from kraft_replay.replay.sequential import (
     SequentialResult, Snapshot, _as_table, _batches, _BATCH_KEY, _ClusterReplay, _divergent, _gaps, _log_positions,
     _snapshots, batch_rows, start_snapshot, table_rows)
 
-__all__ = ["LiveCluster", "Step", "Unabsorbable", "apply_step", "BATCH_KEY"]
+__all__ = ["LiveCluster", "Step", "Unabsorbable", "apply_step", "open_versions_kept", "BATCH_KEY"]
 
 #: the key of a ``log_batches`` row
 BATCH_KEY = ["cluster_id", *_BATCH_KEY]
@@ -55,8 +55,9 @@ class Step:
     """What one step changed, for one cluster.
 
     ``whole``: ``tables`` hold every row of the cluster (a whole replay; ``reason``: why), replacing
-    its rows. Otherwise: the versioned tables present hold the versions closed by the step and every
-    version still open (the cluster's open versions of the table are replaced by them);
+    its rows. Otherwise: the versioned tables present hold the versions closed by the step and the
+    open versions of the entities the step touched (they replace those entities' open versions:
+    :func:`open_versions_kept`);
     ``log_batches`` rows are new or changed (by batch key); ``replay_anomalies`` rows are new;
     ``log_commit`` is the cluster's row. See :func:`apply_step`."""
 
@@ -77,6 +78,22 @@ def _cluster(table: pa.Table, cluster_id: str) -> pa.Array:
     return pc.equal(table.column("cluster_id"), cluster_id)
 
 
+def _entity_ids(t: pa.Table, name: str) -> pa.Array:
+    """One string per row naming its entity (cluster id and key columns; nulls kept distinct)."""
+    cols = [pc.fill_null(pc.cast(t.column(c), pa.string()), "\x00") for c in ("cluster_id", *SILVER_TABLES[name].key_names)]
+    return cols[0].combine_chunks() if len(cols) == 1 else pc.binary_join_element_wise(*cols, "\x1f").combine_chunks()
+
+
+def open_versions_kept(old: pa.Table, rows: pa.Table, name: str) -> pa.Table:
+    """The open versions of versioned table ``name`` in ``old`` that a step's ``rows`` leave open: those
+    of the entities the step does not name (every entity it names has its open version, if any, among
+    ``rows``; the open version it had before is among ``rows`` closed)."""
+    opened = old.filter(pc.is_null(old.column("valid_to_offset")))
+    if not rows.num_rows or not opened.num_rows:
+        return opened
+    return opened.filter(pc.invert(pc.is_in(_entity_ids(opened, name), value_set=_entity_ids(rows, name))))
+
+
 def apply_step(tables: dict[str, pa.Table], step: Step) -> dict[str, pa.Table]:
     """The silver tables after ``step`` (the rule a sink follows): a whole step replaces the cluster's
     rows of every table; otherwise see :class:`Step`. ``tables``: every silver table (missing ones are
@@ -88,8 +105,9 @@ def apply_step(tables: dict[str, pa.Table], step: Step) -> dict[str, pa.Table]:
         mine = _cluster(cur, cid)
         if step.whole or name == "log_commit":
             keep = pc.invert(mine)
-        elif name in VERSIONED_TABLES:
-            keep = pc.invert(pc.and_(mine, pc.is_null(cur.column("valid_to_offset"))))
+        elif name in VERSIONED_TABLES:  # the entities the step names: their open versions replaced
+            named = pc.is_in(_entity_ids(cur, name), value_set=_entity_ids(rows, name))  # the cluster id is in the id
+            keep = pc.invert(pc.and_(named, pc.is_null(cur.column("valid_to_offset"))))
         elif name == "log_batches":
             index = cur.select(BATCH_KEY).append_column("_i", pa.array(np.arange(cur.num_rows), pa.int64()))
             gone = index.join(rows.select(BATCH_KEY), BATCH_KEY, join_type="left semi").column("_i")
@@ -264,10 +282,8 @@ class LiveCluster:
             fresh, closed = img.rows[t], img.closed[t]
             if not fresh and not closed:
                 continue
-            seen = {id(x) for x in fresh}
+            seen = {id(x) for x in fresh}  # each touched entity's newest version is among ``fresh``
             emitted = fresh + [x for x in closed if id(x) not in seen]
-            seen |= {id(x) for x in closed}
-            emitted += [x for x in img.last_row[t].values() if id(x) not in seen]
             out[t] = table_rows(t, emitted)
             img.rows[t], img.closed[t] = [], []
         if rows or now:

@@ -17,7 +17,8 @@ and its steps written by the driver with delta-rs commits and one publish per mi
   window). Out comes, per cluster, each changed table's rows as Arrow IPC.
 * **The sink** (:func:`write_steps`, on the driver, no Spark plan): one Spark job brings the
   operator's output over as Arrow; per cluster the versioned tables' files holding open versions are
-  rewritten (closed versions into files of their own), ``log_batches``, ``log_commit`` and
+  rewritten (closed versions into files of their own; the open versions of the entities a step
+  touched replaced by the step's), ``log_batches``, ``log_commit`` and
   ``cache_lag`` merged, anomalies appended, a whole replay replaces the cluster's rows; ``replay_progress`` says what ran
   and why; then one publish. The run id is ``live-<query>-<batch>``: a micro-batch Spark runs again
   after a crash finds its run in ``replay_progress`` and writes nothing twice (a run killed before
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +50,7 @@ from kraft_replay.ingest.schemas import (
 from kraft_replay.lake.stream import COMMIT_VERSION, TABLE_COLUMN
 from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.live_lag import CACHE_LAG_KEY, CACHE_LAG_SCHEMA, LagUnabsorbable, LiveLag
-from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable
+from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable, open_versions_kept
 from kraft_replay.replay.run import QUARANTINE
 from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
 
@@ -140,6 +142,12 @@ def _versions_so_far(delivered: dict[str, int], read: dict[str, int]) -> dict[st
     return {t: (v if v >= 0 else None) for t, v in at.items()}
 
 
+#: per cluster, the state objects a Python worker kept after its last micro-batch and the token they
+#: were stored with (Spark reuses its Python workers: a storm micro-batch's state unpickles in ~1 s)
+_KEPT: dict[str, tuple[bytes, tuple]] = {}
+_MAGIC = b"KRT1"
+
+
 class LiveReplay(StatefulProcessor):
     """The stream's stateful operator (see the module docstring), keyed by cluster id. ``lag_bucket``:
     the cache lag's bucket in seconds; ``lag_window``: how far behind the newest sample its state reaches
@@ -153,6 +161,27 @@ class LiveReplay(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("live", StructType([StructField("blob", BinaryType())]))
+
+    def _held(self, cid: str) -> tuple | None:
+        """The cluster's state: the objects this Python worker kept after the cluster's last micro-batch
+        when the state store holds what they were kept as (its token), else unpickled from the store
+        (a new worker, or a micro-batch Spark runs again after a failure: the store's older version)."""
+        kept = _KEPT.pop(cid, None)  # popped: a failure half-way through leaves nothing kept
+        if not self.state.exists():
+            self._token = None
+            return None
+        blob = self.state.get()[0]
+        token = blob[:len(_MAGIC) + 16] if blob[:len(_MAGIC)] == _MAGIC else None
+        self._token = token
+        if kept is not None and token is not None and kept[0] == token:
+            return kept[1]
+        return pickle.loads(blob[len(_MAGIC) + 16:] if token is not None else blob)
+
+    def _keep(self, cid: str, held: tuple) -> None:
+        """Write the cluster's state to the store, prefixed with a new token, and keep the objects."""
+        token = _MAGIC + uuid.uuid4().bytes
+        self.state.update((token + pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL),))
+        _KEPT[cid] = (token, held)
 
     def _whole(self, cid: str, delivered: dict[str, int], read: dict[str, int], reason: str):  # noqa: ANN202
         """The cluster replayed whole, and its cache lag computed whole, from its rows read with delta-rs
@@ -177,16 +206,20 @@ class LiveReplay(StatefulProcessor):
         silver = []
         for (t, schema), rows in zip(LAG_SILVER.items(), published, strict=True):
             new = None if step is None else step.tables.get(t)
-            if new is not None and t in VERSIONED_TABLES:  # the step's rows: the versions it closed, every open one
-                rows = rows.filter(pc.is_valid(rows.column("valid_to_offset")))
-            silver.append(rows if new is None else pa.concat_tables([rows, new.select(schema.names).cast(schema)]))
+            if new is None:
+                silver.append(rows)
+                continue
+            new = new.select(schema.names).cast(schema)
+            if t in VERSIONED_TABLES:  # the step's rows: the versions it closed, the open ones of what it touched
+                rows = pa.concat_tables([_closed(rows), open_versions_kept(rows, new, t)])
+            silver.append(pa.concat_tables([rows, new]))
         lag, out = LiveLag.whole(cid, *silver, samples, status, **self.lag)
         return lag, out, {**read, **read_lag}
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         cid = key[0]
         pdf = pd.concat(list(rows), ignore_index=True)
-        held = pickle.loads(self.state.get()[0]) if self.state.exists() else None
+        held = self._held(cid)
         # state: the kernel, the versions a whole replay read, the cache lag, the versions delivered so far
         live, read, lag, delivered = [*held, *[None, {}][len(held) - 2:]] if held is not None else (None, {}, None, {})
         got, arrived = {}, set()
@@ -226,7 +259,9 @@ class LiveReplay(StatefulProcessor):
                 step.tables[CACHE_LAG] = rows_lag
                 step.lag_whole = True
         if arrived:
-            self.state.update((pickle.dumps((live, read, lag, delivered)),))
+            self._keep(cid, (live, read, lag, delivered))
+        elif held is not None:
+            _KEPT[cid] = (self._token, held)
         out: list[dict[str, Any]] = []
         if step is not None:
             kind = "whole" if step.whole else "step"
@@ -304,8 +339,9 @@ def _table_write(lake, s: Step, name: str, rows: pa.Table, part: dict[str, str])
     if s.whole:
         return lambda: lake.rewrite_arrow(name, part, lambda old: [rows])
     if name in VERSIONED_TABLES:
-        return lambda: lake.rewrite_arrow(name, part, lambda old: [pa.concat_tables([_closed(old), _closed(rows)]), _open(rows)],
-                                          touched=_may_hold_open, columns=["valid_to_offset"])
+        return lambda: lake.rewrite_arrow(name, part, lambda old: [
+            pa.concat_tables([_closed(old), _closed(rows)]), pa.concat_tables([open_versions_kept(old, rows, name), _open(rows)])],
+            touched=_may_hold_open, columns=["valid_to_offset"])
     if name == "log_batches":
         return lambda: lake.merge_arrow(name, rows, BATCH_KEY)
     if name == "log_commit":

@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -145,6 +147,10 @@ def _lake_root(args: argparse.Namespace) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        # started in the background by a shell (which ignores SIGINT for its children): SIGINT is still
+        # how `live`, scripts and users stop a follower cleanly
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     log = None
     try:
         if args.verbose:

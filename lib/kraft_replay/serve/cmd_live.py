@@ -79,7 +79,8 @@ class Supervisor:
                 c.exits.append(code)
                 c.restart_at = now + wait
                 with self._lock:
-                    self.say(f"kraft-replay live: {c.name} exited with code {code}; starting it again in {wait:g} s")
+                    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                    self.say(f"kraft-replay live: {c.name} {how}; starting it again in {wait:g} s")
             if now >= c.restart_at:
                 self._start(c)
 
