@@ -195,6 +195,19 @@ class Image:
         self.topic_partitions: dict[str, set[int]] = defaultdict(set)
         self.anomalies: list[dict[str, Any]] = []
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without ``cur``: every current entity's fields are in its open version (the live
+        replay's state, pickled at every micro-batch: the image's current entities are a third of it)."""
+        return {**self.__dict__, "cur": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.cur is None:
+            self.cur = {}
+            for t, rows in self.last_row.items():
+                names = [n for n in SILVER_TABLES[t].field_names if n != "changed_fields"]
+                self.cur[t] = {k: {n: r[n] for n in names} for k, r in rows.items() if not r["deleted"]}
+
     # -- versions --------------------------------------------------------------------------
 
     def put(self, table: str, key: tuple, fields: dict[str, Any] | None, vis: Visible) -> None:
