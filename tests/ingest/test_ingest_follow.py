@@ -241,6 +241,33 @@ def test_a_damaged_prefix_is_quarantined_with_its_bytes_apart(spark, tmp_path) -
     _assert_same_rows(lake, batch)
 
 
+def test_a_segment_with_no_valid_batch_is_quarantined_whole_and_the_rest_goes_on(tmp_path) -> None:
+    """A segment zeroed by a crash (batch ingest refuses such a file): the live ingest names it,
+    quarantines it whole once (one ``CORRUPT_PREFIX`` row of its length, its first bytes kept) and takes
+    the node's other files; when batches appear at its start, it is taken again from there."""
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live)
+    segs = sorted((live / "__cluster_metadata-0").glob("*.log"))
+    original = segs[0].read_bytes()
+    segs[0].write_bytes(bytes(len(original)))
+    lake = _driver_lake(tmp_path / "lake")
+    said: list[str] = []
+    follow(lake, [str(live)], interval=0.01, polls=3, say=said.append)
+    q = lake.read_arrow("ingest_quarantine", ["source_file", "source_position", "length", "reason_code", "reason"]).to_pylist()
+    assert [(r["source_file"], r["source_position"], r["length"], r["reason_code"]) for r in q] == [
+        (segs[0].name, 0, len(original), "CORRUPT_PREFIX")]
+    assert "no valid batch anywhere" in q[0]["reason"]
+    assert sum(f"{segs[0].name}: no valid batch anywhere in its {len(original)} bytes" in s for s in said) == 1, said
+    rest = _offsets(lake)
+    assert rest and len(rest) == len(set(rest))  # the other segment's rows
+    assert lake.read_arrow("ingest_quarantine_raw", ["raw"]).column("raw").to_pylist() == [bytes(len(original))]
+    segs[0].write_bytes(original)  # the node writes batches at its start after all
+    follow(lake, [str(live)], interval=0.01, polls=2, say=_quiet)
+    clean = _driver_lake(tmp_path / "clean")
+    follow(clean, [str(live)], interval=0.01, polls=1, say=_quiet)
+    assert _offsets(lake) == _offsets(clean)
+
+
 def _cli(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib"), **kw.pop("env", {})}
     return subprocess.Popen([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "test", *args], env=env,

@@ -221,6 +221,16 @@ def _plan(files: list[InputFile], positions: dict[str, dict], report: FollowRepo
         row = {"cluster_id": f.cluster_id, "source_path": f.path, "file_name": f.name, "file_kind": f.kind.value,
                "position": 0, "last_batch_start": None, "last_batch_epoch": None, "last_batch_crc": None,
                "size_seen": f.size, "updated_at": now}
+        if f.size and f.data_start == f.size:  # no valid batch in it at all: quarantined whole, once
+            mark = _mark_at(f.path, 0)  # the file is taken again from its start when a batch appears there
+            if old is None or old["size_seen"] != f.size or old["last_batch_start"] != 0 or mark != (
+                    old["last_batch_epoch"], old["last_batch_crc"]):
+                say(f"  {f.name}: no valid batch anywhere in its {f.size} bytes (zeroed by a crash?): quarantined "
+                    "whole; the other files go on")
+                row.update(position=f.size, last_batch_start=0, last_batch_epoch=mark[0] if mark else None,
+                           last_batch_crc=mark[1] if mark else None)
+                pieces.append(_Piece(f, f.size, f.size, row, prefix=True))
+            continue
         if f.kind is not FileKind.SEGMENT:
             if old is None or old["size_seen"] != f.size:
                 row["position"] = f.size
@@ -424,7 +434,7 @@ def _poll(lake, paths: list[str], cluster_id: str | None, state: _State,  # noqa
     from kraft_replay.ingest.pipeline import fault
 
     try:
-        files, _ = discover(paths, cluster_id)
+        files, _ = discover(paths, cluster_id, no_batch_ok=True)
     except IngestError as exc:
         if "no KRaft metadata files" in str(exc) or "directory is empty" in str(exc):
             return False  # nothing written yet: wait

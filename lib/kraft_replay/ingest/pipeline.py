@@ -718,6 +718,8 @@ def _run(spark, lake, run_id, t0, ingested_at, files, skipped, strict, split_byt
     return summary
 
 
+#: of a file quarantined whole (no valid batch in it: the live ingest), the bytes kept in ingest_quarantine_raw
+WHOLE_FILE_RAW_BYTES = 65_536
 CORRUPT_PREFIX_CODE = "CORRUPT_PREFIX"  # == kraft_replay.ingest.sources.CORRUPT_PREFIX
 FAULT_ENV = "KRAFT_REPLAY_FAULT"
 
@@ -784,8 +786,12 @@ def prefix_rows(todo: list[InputFile], ingested_at: datetime) -> tuple[pa.Table,
     rows = [{"cluster_id": f.cluster_id, "source_file": f.name, "source_position": 0, "length": f.data_start,
              "offset": None, "reason_code": CORRUPT_PREFIX_CODE,
              "reason": (f"the first batch header is damaged: bytes 0..{f.data_start} hold no valid batch; the batch chain "
-                        f"resumes at byte {f.data_start} (magic 2, plausible length, CRC-32C, chaining header)"),
-             "raw": read_range(f.path, 0, f.data_start), "ingested_at": ingested_at}
+                        f"resumes at byte {f.data_start} (magic 2, plausible length, CRC-32C, chaining header)"
+                        if f.data_start < f.size else
+                        f"no valid batch anywhere in the file's {f.data_start} bytes (zeroed by a crash?): quarantined "
+                        f"whole; its first {min(f.data_start, WHOLE_FILE_RAW_BYTES)} bytes kept"),
+             "raw": read_range(f.path, 0, f.data_start if f.data_start < f.size else min(f.data_start, WHOLE_FILE_RAW_BYTES)),
+             "ingested_at": ingested_at}
             for f in todo if f.data_start > 0]
     if not rows:
         return None

@@ -213,9 +213,11 @@ def _first_valid_batch(path: str, size: int) -> int | None:
         raise IngestError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
-def _sniff(path: str, info: KraftFile, size: int, explicit: bool) -> tuple[KraftFile, int] | None:
+def _sniff(path: str, info: KraftFile, size: int, explicit: bool, no_batch_ok: bool = False) -> tuple[KraftFile, int] | None:
     """Confirm a file's kind by its first bytes, and where its batch chain starts (see the module doc:
-    damaged prefix); None to skip it (dir walk), IngestError if explicit."""
+    damaged prefix); None to skip it (dir walk), IngestError if explicit. ``no_batch_ok``: a segment or
+    snapshot with no valid batch anywhere starts at its size (all of it a damaged prefix) instead of
+    being refused."""
     try:
         head = read_range(path, 0, min(size, 4096))
     except PermissionError:
@@ -230,6 +232,8 @@ def _sniff(path: str, info: KraftFile, size: int, explicit: bool) -> tuple[Kraft
                 start = _first_valid_batch(path, size)
                 if start is not None:
                     return info, start
+            if foreign and no_batch_ok:
+                return info, size
             if foreign:
                 raise IngestError(
                     f"{path}: not a Kafka record-batch file (first batch header: base offset {base}, length {length}, "
@@ -279,8 +283,11 @@ def _cluster_id_for(path: str) -> str:
     return cid or PurePosixPath(data_dir.rstrip("/")).name or "default"
 
 
-def discover(paths: list[str], cluster_id: str | None = None) -> tuple[list[InputFile], list[tuple[str, str]]]:
-    """Expand ``paths`` into the files to ingest, and the files skipped (with why), in path order."""
+def discover(paths: list[str], cluster_id: str | None = None,
+             no_batch_ok: bool = False) -> tuple[list[InputFile], list[tuple[str, str]]]:
+    """Expand ``paths`` into the files to ingest, and the files skipped (with why), in path order.
+    ``no_batch_ok`` (the live ingest): a segment or snapshot holding no valid batch at all (zeroed by a
+    crash) is listed with ``data_start`` at its size, to be quarantined whole, instead of refused."""
     if not paths:
         raise IngestError("no input paths given; pass a node's data dir, a __cluster_metadata-0 dir or files")
     _META_CACHE.clear()
@@ -295,7 +302,7 @@ def discover(paths: list[str], cluster_id: str | None = None) -> tuple[list[Inpu
         if root is not None and info.kind in (FileKind.SEGMENT, FileKind.SNAPSHOT) and _in_other_partition_dir(path, root):
             skipped.append((path, "belongs to another topic partition, not __cluster_metadata-0"))
             return False
-        sniffed = _sniff(path, info, size, explicit) if size > 0 or info.kind in (FileKind.UNKNOWN, FileKind.DUMP_TEXT) else (info, 0)
+        sniffed = _sniff(path, info, size, explicit, no_batch_ok) if size > 0 or info.kind in (FileKind.UNKNOWN, FileKind.DUMP_TEXT) else (info, 0)
         if sniffed is None:
             skipped.append((path, "not a KRaft metadata file"))
             return False
