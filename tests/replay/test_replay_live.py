@@ -79,10 +79,13 @@ def _steps(units: list[Unit], sizes: list[int]) -> list[Unit]:
     return out
 
 
-def _run(cluster_id: str, steps: list[Unit], *, pickled: bool = False) -> tuple[list[str], list[int]]:
+def _run(cluster_id: str, steps: list[Unit], *, pickled: bool = False,
+         resume_at: int | None = None) -> tuple[list[str], list[int]]:
     """Feed ``steps`` to a live replay, checking after each that its tables equal a whole sequential
     replay of the rows so far; returns the reasons of the whole replays it fell back to and the
-    records each absorbed step replayed."""
+    records each absorbed step replayed. ``resume_at``: after that step the live replay is taken up
+    anew from the tables built so far (:meth:`LiveCluster.resume`), as a stream seeded from a stored
+    replay."""
     live: LiveCluster | None = None
     tables: dict[str, pa.Table] = {}
     quarantine = QUARANTINE_SCHEMA.empty_table()
@@ -104,6 +107,8 @@ def _run(cluster_id: str, steps: list[Unit], *, pickled: bool = False) -> tuple[
         tables = apply_step(tables, step)
         if pickled:
             live = pickle.loads(pickle.dumps(live))
+        if n == resume_at:
+            live = LiveCluster.resume(cluster_id, *so_far, stored=tables)
         want = replay(*so_far)
         assert want.quarantine.num_rows == quarantine.num_rows, f"step {n}: quarantine"
         for t in SILVER_TABLES:
@@ -208,6 +213,37 @@ def test_live_equals_sequential_on_the_sample_node() -> None:
     assert len(units) > 5
     fallbacks, absorbed = _run("node1", _steps(units, [1] * len(units)))
     assert sum(absorbed) > 0 and not fallbacks
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_live_replay_taken_up_from_stored_tables_goes_on_as_one_replayed_whole(name: str) -> None:
+    """A stream seeded from a stored replay (``LiveCluster.resume``: the stored open versions, the
+    ``log_commit`` row and the bronze rows' positions, no record replayed again), at a random step and
+    at the last but one, then fed the rest batch by batch: equal to a whole replay after every step,
+    falling back to a whole replay only where a stream that never stopped does."""
+    b = SCENARIOS[name]()
+    units = _units(*b.tables())
+    steps = _steps(units, [1] * len(units))
+    plain, _ = _run(b.cluster_id, steps)
+    for at in sorted({random.Random(name).randrange(len(steps)), max(0, len(steps) - 2)}):
+        fallbacks, _ = _run(b.cluster_id, steps, resume_at=at)
+        assert fallbacks == plain, at  # the same whole replays (a rewritten tail) as without the resume
+
+
+def test_resume_inside_an_open_transaction_holds_its_records_back() -> None:
+    """Taken up while a metadata transaction is open: its records are held back again and become
+    visible at its End, as in a replay that never stopped."""
+    b = BronzeLog("txn-resume")
+    base_cluster(b)
+    b.batch(rec("BEGIN_TRANSACTION_RECORD", name="reassign"))
+    b.batch(change(T1, 0, isr=[1]))
+    b.batch(change(T1, 1, isr=[2]))
+    b.batch(rec("END_TRANSACTION_RECORD"))
+    units = _units(*b.tables())
+    steps = _steps(units, [1] * len(units))
+    for at in (len(steps) - 3, len(steps) - 2):  # after the first and the second held-back record
+        fallbacks, absorbed = _run(b.cluster_id, steps, resume_at=at)
+        assert not fallbacks and absorbed[-1] == 1
 
 
 def _one_step_at_a_time(b: BronzeLog) -> tuple[list[str], list[int]]:

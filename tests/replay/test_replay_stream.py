@@ -141,6 +141,46 @@ def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_bat
     assert idle.batches == 0 and lake.published_versions() == before
 
 
+def test_a_stream_takes_up_the_batch_replay_stored_in_the_lake(spark, tiny_generated, tiny_batch, tmp_path) -> None:
+    """A lake replayed in batch, then the node's later files ingested (segments and a newer snapshot):
+    the stream's first micro-batch takes the cluster up from the stored replay — its open versions,
+    its ``log_commit`` row, the positions of the bronze rows it read; no record replayed again — and
+    steps only the rows after it; the silver tables then equal the batch replay of every file. A
+    snapshot file within the stored replay's log ingested after it makes it replay the cluster whole
+    instead."""
+    from kraft_replay.replay.run import run_replay
+
+    cid = tiny_generated.cluster_id
+    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    steps = _tiny_files(tiny_generated)
+    for files in steps[:2]:
+        run_ingest(spark, lake, files, cluster_id=cid, say=_quiet)
+    run_replay(spark, lake, say=_quiet)
+    stored = lake.read("log_commit").first()["last_offset"]
+    run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
+    lines: list[str] = []
+    report = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ckpt"), derive_every=0,
+                        say=lines.append)
+    said = "\n".join(lines)
+    assert report.whole == 0 and f"(taken up from the replay stored through offset {stored})" in said, said
+    _assert_same(lake, tiny_batch, [*SILVER_TABLES])
+    progress = lake.read("replay_progress").first()
+    assert (progress["mode"], progress["reason"]) == ("LIVE", f"taken up from the replay stored through offset {stored}")
+
+    # a snapshot within the stored replay's log ingested after it (a late file): replayed whole
+    other = Lake(str(tmp_path / "other"), spark, backend="deltars")
+    late = [f for f in steps[1] if f.endswith(".checkpoint")]
+    assert len(late) == 1
+    run_ingest(spark, other, steps[0] + [f for f in steps[1] if f not in late], cluster_id=cid, say=_quiet)
+    run_replay(spark, other, say=_quiet)
+    assert int(Path(late[0]).name.split("-")[0]) <= other.read("log_commit").first()["last_offset"] + 1
+    run_ingest(spark, other, late, cluster_id=cid, say=_quiet)
+    lines.clear()
+    again = run_stream(spark, other, available_now=True, checkpoint=str(tmp_path / "ckpt2"), derive_every=0,
+                       say=lines.append)
+    assert again.whole == 1 and "taken up" not in "\n".join(lines), lines
+
+
 def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generated, tmp_path) -> None:
     """``max_files_per_trigger``: the bronze rows the replay stream watches arrive in several
     micro-batches, every row once."""

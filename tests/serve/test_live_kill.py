@@ -108,7 +108,7 @@ def test_kill_9_of_the_followers_at_random_points(tiny_generated, tmp_path: Path
     writer = threading.Thread(target=_write_node, args=(tiny_generated.segments_dir, node, rnd, 80.0), daemon=True)
     lake = Lake(str(root), None, backend="deltars")
     killed: list[str] = []
-    writer_alive_at_last_kill = False
+    writing_at_kill: list[bool] = []
 
     def batches() -> int:
         return sum(1 for ln in list(lines) if ln.startswith("[replay] batch "))
@@ -129,13 +129,15 @@ def test_kill_9_of_the_followers_at_random_points(tiny_generated, tmp_path: Path
             for role in roles:
                 os.killpg(kids[role], signal.SIGKILL)
                 killed.append(role)
-            writer_alive_at_last_kill = writer.is_alive()
+            writing_at_kill.append(writer.is_alive())
         # each death seen and the process started again, then everything written replayed
         wait(lambda: all("".join(lines).count(f"kraft-replay live: {r} was killed by SIGKILL") == killed.count(r)
                          for r in ("ingest", "replay")))
         writer.join()
         wait(lambda: _last_offset(lake, cid) == want_last, timeout=300.0)
-        assert writer_alive_at_last_kill, f"seed {seed}: the last kill came after the node was written"
+        # the follower and the stream were killed while the node was being written (the last kill, of
+        # both, may come after: a restart with nothing new)
+        assert writing_at_kill[:2] == [True, True], f"seed {seed}: {writing_at_kill}"
     finally:
         sup.send_signal(signal.SIGINT)
         sup.wait(timeout=120)

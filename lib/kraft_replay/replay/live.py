@@ -187,6 +187,27 @@ class LiveCluster:
         ids = _snapshot_ids(snapshots, _control_parts(control)[1])
         return cls(run, ids), step
 
+    @classmethod
+    def resume(cls, cluster_id: str, log: pa.Table | None, control: pa.Table | None, snapshots: pa.Table | None,
+               stored: dict[str, pa.Table]) -> LiveCluster:
+        """The live replay of the bronze rows given, taken up from a stored replay of exactly those rows
+        instead of replaying them: ``stored`` holds the cluster's silver tables as that replay wrote
+        them (each versioned table's open versions and the ``log_commit`` row are read). The state is
+        the one :meth:`replay` leaves; the image is the stored one."""
+        log, control, snapshots = _as_table(log), _as_table(control), _as_table(snapshots)
+        run = _ClusterReplay(cluster_id, log, control, snapshots)
+        opened = {}
+        for t in VERSIONED_TABLES:
+            rows = stored.get(t)
+            if rows is not None and rows.num_rows:
+                rows = rows.filter(pc.and_(_cluster(rows, cluster_id), pc.is_null(rows.column("valid_to_offset"))))
+                opened[t] = rows.select(SILVER_TABLES[t].schema.names).to_pylist()
+        commit = stored["log_commit"].filter(_cluster(stored["log_commit"], cluster_id)).to_pylist()
+        if len(commit) != 1:
+            raise ValueError(f"cluster {cluster_id}: no stored log_commit row to resume from")
+        run.resume(opened, commit[0])
+        return cls(run, _snapshot_ids(snapshots, _control_parts(control)[1]))
+
     def _prune(self) -> None:
         """Forget the records of snapshots that can no longer resynchronise a gap (a later gap starts
         after the last offset; a snapshot resynchronises a gap ``[lo, hi)`` when lo < end <= hi)."""

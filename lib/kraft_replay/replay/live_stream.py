@@ -12,7 +12,8 @@ and its steps written by the driver with delta-rs commits and one publish per mi
   :meth:`LiveCluster.step`; a cluster seen for the first time, or a step the kernel cannot absorb
   (:class:`~kraft_replay.replay.live.Unabsorbable`), is replayed whole by the sequential rules from
   the cluster's bronze rows read with delta-rs at the versions delivered so far (rows delivered later
-  from those versions are then skipped). The step's rows and the new samples and captures then go to
+  from those versions are then skipped) — a cluster seen for the first time whose batch replay is
+  stored in the lake is taken up from it instead (:meth:`LiveCluster.resume`). The step's rows and the new samples and captures then go to
   the cache lag, which returns the buckets they changed (computed whole when they reach behind its
   window). Out comes, per cluster, each changed table's rows as Arrow IPC.
 * **The sink** (:func:`write_steps`, on the driver, no Spark plan): one Spark job brings the
@@ -77,6 +78,7 @@ OUTPUT = StructType([StructField("cluster_id", StringType()), StructField("kind"
                      StructField("name", StringType()), StructField("data", BinaryType()),
                      StructField("reason", StringType()), StructField("records", LongType())])
 DIVERGENT = "DIVERGENT_UNCOMMITTED"
+FIRST_ROWS = "the cluster's first rows in this stream"
 
 
 def changes(lake, cluster_id: str | None = None, max_files_per_trigger: int | None = None,  # noqa: ANN001
@@ -183,12 +185,67 @@ class LiveReplay(StatefulProcessor):
         self.state.update((token + pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL),))
         _KEPT[cid] = (token, held)
 
+    def _resumed(self, cid: str, tables: list[pa.Table]) -> tuple[LiveCluster, Step] | None:
+        """The cluster taken up from the replay stored in the lake (a batch replay's, its
+        ``replay_progress`` row with the bronze rows it read) when the bronze ``tables`` hold exactly
+        those rows up to its last offset (no copy or snapshot added since): the live state and a step of
+        the rows after that offset. None when there is no such replay."""
+        from kraft_replay.lake import Lake
+        from kraft_replay.replay.incremental import REPLAY_PROGRESS, REPLAY_PROGRESS_SCHEMA
+        from kraft_replay.replay.live import _control_parts
+
+        lake = Lake(self.lake_root, None, backend="deltars", storage_options=self.storage_options)
+        if not (lake.exists(REPLAY_PROGRESS) and lake.exists("log_commit")):
+            return None
+        part = [("cluster_id", "=", cid)]
+        progress = lake.read_arrow(REPLAY_PROGRESS, REPLAY_PROGRESS_SCHEMA.names, partitions=part).to_pylist()
+        commit = lake.read_arrow("log_commit", SILVER_TABLES["log_commit"].schema.names, partitions=part)
+        if len(progress) != 1 or commit.num_rows != 1 or progress[0]["log_rows"] is None:
+            return None  # none, or the live path's own (it counts no bronze rows)
+        p, end = progress[0], progress[0]["through_offset"]
+        if end is None or commit.column("last_offset")[0].as_py() != end:
+            return None
+        log, control, snaps = tables
+        ctl_log, ctl_snap = (t if t is not None else CONTROL_SCHEMA.empty_table() for t in _control_parts(control))
+
+        def split(t: pa.Table, column: str, last: int) -> tuple[pa.Table, pa.Table]:
+            old = pc.fill_null(pc.less_equal(t.column(column), last), True)
+            return t.filter(old), t.filter(pc.invert(old))
+
+        (log_old, log_new), (ctl_old, ctl_new) = split(log, "offset", end), split(ctl_log, "offset", end)
+        # snapshots ending past the stored replay's log came after it: the step takes them
+        (snap_old, snap_new), (csnap_old, csnap_new) = (split(snaps, "snapshot_end_offset", end + 1),
+                                                        split(ctl_snap, "snapshot_end_offset", end + 1))
+        if (log_old.num_rows, ctl_old.num_rows, csnap_old.num_rows, snap_old.num_rows) != (
+                p["log_rows"], p["control_log_rows"], p["control_snapshot_rows"], p["snapshot_rows"]):
+            return None  # rows added at or below its last offset (a copy, a rewritten tail, a late snapshot)
+        stored = {t: lake.read_arrow(t, SILVER_TABLES[t].schema.names, partitions=part,
+                                     filter=pc.field("valid_to_offset").is_null())
+                  for t in VERSIONED_TABLES if lake.exists(t)}
+        stored["log_commit"] = commit
+        live = LiveCluster.resume(cid, log_old, pa.concat_tables([ctl_old, csnap_old]), snap_old, stored)
+        step = live.step(log_new, pa.concat_tables([ctl_new, csnap_new]), snap_new)
+        step.reason = f"taken up from the replay stored through offset {end}"
+        return live, step
+
     def _whole(self, cid: str, delivered: dict[str, int], read: dict[str, int], reason: str):  # noqa: ANN202
         """The cluster replayed whole, and its cache lag computed whole, from its rows read with delta-rs
         at the versions delivered so far: the live state, the lag state, the step (with ``cache_lag``)
-        and the versions read."""
+        and the versions read. A cluster new to the stream whose replay is stored in the lake is taken
+        up from it instead (:meth:`_resumed`): its step holds only what came after."""
         at = _versions_so_far(delivered, read)
         tables, read = read_bronze(self.lake_root, cid, at, self.storage_options)
+        taken = None
+        if reason == FIRST_ROWS:
+            try:
+                taken = self._resumed(cid, tables)
+            except Unabsorbable:
+                taken = None  # what came after changes what the stored replay read: replayed whole
+        if taken is not None:
+            live, step = taken
+            lag, step.tables[CACHE_LAG], read = self._lag_whole(cid, step, delivered, read)
+            step.lag_whole = True
+            return live, lag, step, read
         live, step = LiveCluster.replay(cid, *tables, reason=reason)
         (samples, status), read_lag = read_bronze(self.lake_root, cid, at, self.storage_options, LAG_INPUTS)
         lag, rows = LiveLag.whole(cid, *(step.tables.get(t) for t in ("log_batches", "brokers", "partitions")),
@@ -234,7 +291,7 @@ class LiveReplay(StatefulProcessor):
         new_lag = any(got[t].num_rows for t in LAG_INPUTS)
         step = None
         if new or live is None and arrived & set(BRONZE):
-            reason = "the cluster's first rows in this stream"
+            reason = FIRST_ROWS
             if live is not None:
                 try:
                     step = live.step(*(got[t] for t in BRONZE))
@@ -242,7 +299,7 @@ class LiveReplay(StatefulProcessor):
                     reason = str(exc)
             if step is None:
                 live, lag, step, read = self._whole(cid, delivered, read, reason)
-        if live is not None and not (step is not None and step.whole) and (step is not None or new_lag):
+        if live is not None and not (step is not None and (step.whole or step.lag_whole)) and (step is not None or new_lag):
             # seed 002's cache lag, sample by sample: what the step and the new samples change
             inputs = step.tables if step is not None else {}
             try:
@@ -403,7 +460,7 @@ def write_steps(lake, steps: Sequence[Step], run_id: str) -> dict[str, int] | No
             commit = s.tables["log_commit"].to_pylist()
             last = commit[0]["last_offset"] if commit else None
             progress.append({"cluster_id": s.cluster_id, "replayed_at": now, "run_id": run_id,
-                             "mode": "FULL" if s.whole else "LIVE", "reason": s.reason if s.whole else None,
+                             "mode": "FULL" if s.whole else "LIVE", "reason": s.reason,
                              "through_offset": last, "new_records": s.records})
         _run_writes(writes, fault)
         if progress:
@@ -458,7 +515,8 @@ def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: Li
             report.reasons.append(f"{s.cluster_id}: {s.reason}")
     report.batch_seconds.append(time.time() - t0)
     what = ", ".join(f"{s.cluster_id} " + ("replayed whole (" + str(s.reason) + ")" if s.whole else
-                                           f"+{s.records} record(s)" if "log_commit" in s.tables else "metrics only")
+                                           f"+{s.records} record(s)" + (f" ({s.reason})" if s.reason else "")
+                                           if "log_commit" in s.tables else "metrics only")
                      + (f", cache_lag {s.tables[CACHE_LAG].num_rows} bucket(s)" + (" (computed whole)" if s.lag_whole else "")
                         if CACHE_LAG in s.tables else "")
                      for s in steps) or "no log rows"

@@ -203,10 +203,18 @@ class Image:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         if self.cur is None:
-            self.cur = {}
-            for t, rows in self.last_row.items():
-                names = [n for n in SILVER_TABLES[t].field_names if n != "changed_fields"]
-                self.cur[t] = {k: {n: r[n] for n in names} for k, r in rows.items() if not r["deleted"]}
+            self.current_from_open_versions()
+
+    def current_from_open_versions(self) -> None:
+        """``cur`` (and the topics' partitions) from ``last_row``: an entity's fields are in its open
+        version, a deleted one's open version is its tombstone."""
+        self.cur = {}
+        for t, rows in self.last_row.items():
+            names = [n for n in SILVER_TABLES[t].field_names if n != "changed_fields"]
+            self.cur[t] = {k: {n: r[n] for n in names} for k, r in rows.items() if not r["deleted"]}
+        self.topic_partitions = defaultdict(set)
+        for tid, pid in self.cur["partitions"]:
+            self.topic_partitions[tid].add(pid)
 
     # -- versions --------------------------------------------------------------------------
 
@@ -787,6 +795,40 @@ class _ClusterReplay:
     # -- the run -------------------------------------------------------------------------
 
     def run(self) -> None:
+        """Replay every row given: the image from the start snapshot (if any) and the log's records."""
+        divergent, winners = self._position()
+        if self.start is not None:
+            self.load_snapshot(self.start)
+        self.replay_records(self._log_records(divergent), deque(self.gap_list))
+        self._batch_state(winners)
+
+    def resume(self, open_versions: dict[str, list[dict[str, Any]]], commit: dict[str, Any]) -> None:
+        """Take up a replay of every row given that was stored earlier instead of replaying it: its
+        image is ``open_versions`` (per versioned table, the open version rows of the stored tables),
+        ``commit`` its ``log_commit`` row (records replayed, anomalies); the position, the batches and
+        the snapshots come from the rows, as :meth:`run` finds them, and an open metadata
+        transaction's records (after ``open_transaction_offset``) are held back again."""
+        divergent, winners = self._position()
+        img = self.img
+        for t, rows in open_versions.items():
+            key_names = SILVER_TABLES[t].key_names
+            img.last_row[t] = {tuple(r[k] for k in key_names): r for r in rows}
+        img.current_from_open_versions()
+        begin = commit["open_transaction_offset"]
+        if begin is not None:  # its records after the Begin, one copy per offset, held back again
+            self.txn, self.txn_begin = [], begin
+            log = self.log.filter(pc.greater(self.log.column("offset"), begin)) if self.log is not None else None
+            for r in self._log_records(divergent, log):
+                if r.api_key != BEGIN_TXN and not (self.txn and self.txn[-1].offset == r.offset):
+                    self.txn.append(r)
+        self.replayed = commit["replayed_records"]
+        self.anomalies_before = commit["anomalies"] - len(img.anomalies)  # those the stored replay found
+        self._batch_state(winners)
+
+    def _position(self) -> tuple[set[tuple[int, int, int]], pa.Table]:
+        """The log's position from its rows: first and last offset, the usable snapshots, the start
+        snapshot and where replay starts, the offset gaps; returns the divergent batches' keys and the
+        other batches."""
         pos = _log_positions(self.log, self.control)
         batches = _batches(pos)
         base, last_off, epoch = (batches.column(c).to_numpy() for c in _BATCH_KEY)
@@ -808,7 +850,6 @@ class _ClusterReplay:
             self.img.anomaly(first, None, None, "LOG_STARTS_MID_STREAM",
                              f"the log starts at offset {first} and no snapshot covers the offsets before it")
         if start is not None:
-            self.load_snapshot(start)
             self.image_floor = start.end_offset - 1
             replay_start = start.end_offset
         else:
@@ -816,11 +857,12 @@ class _ClusterReplay:
             replay_start = first if first is not None else 0
         self.first, self.last, self.start, self.replay_start, self.snaps = first, last, start, replay_start, snaps
 
-        # records in offset order; the gaps (control offsets count as present) in their place
-        self.gap_list = _gaps(present, replay_start)
-        self.replay_records(self._log_records(divergent), deque(self.gap_list))
+        self.gap_list = _gaps(present, replay_start)  # the control offsets count as present
+        return divergent, winners
 
-        # log_batches and log_commit
+    def _batch_state(self, winners: pa.Table) -> None:
+        """``log_batches`` (commit certainty, §5.1) and ``log_commit`` of the replayed rows."""
+        last = self.last
         w_base, w_last, w_epoch = (winners.column(c).to_numpy() for c in _BATCH_KEY)
         committed = -1
         if len(w_epoch):  # §5.1: a later batch with a higher epoch exists ...
@@ -828,11 +870,11 @@ class _ClusterReplay:
             committed = int(w_last[older].max()) if older.any() else -1
         self.below_top = committed
         self.top_epoch = int(w_epoch.max()) if len(w_epoch) else None
-        for s in snaps:  # ... or a snapshot covers it
+        for s in self.snaps:  # ... or a snapshot covers it
             if last is not None:
                 committed = max(committed, min(s.end_offset - 1, last))
         self.committed = committed
-        self.batch_table = batch_rows(self.cluster_id, winners, committed, self.spans(), replay_start)
+        self.batch_table = batch_rows(self.cluster_id, winners, committed, self.spans(), self.replay_start)
         self.batches = winners.num_rows
         self.max_batch_last = int(w_last.max()) if len(w_last) else None
         self.last_batch_epoch = int(w_epoch[-1]) if winners.num_rows else None
