@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from kraft_replay.replay.live_stream import LiveReport
 from kraft_replay.replay.run import PROGRESS
-from kraft_replay.spark import sized_by
+from kraft_replay.spark import session_conf, sized_by
 
 __all__ = ["LiveReport", "default_checkpoint", "run_stream", "derive"]
 
@@ -148,13 +148,9 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     live = (changes(lake, cluster_id, max_files_per_trigger, tasks=1).groupBy("cluster_id")
             .transformWithStateInPandas(LiveReplay(lake.root, lag_bucket=lag_bucket, lag_window=lag_window), OUTPUT,
                                         "Append", "None"))
-    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "1")
-    try:
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "1"}):  # the derive's jobs keep the profile's
         query = (live.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).trigger(**trig)
                  .queryName("kraft_replay_live").start())
-    finally:  # the derive's jobs, on this session, keep the profile's
-        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
     say(f"replay stream: checkpoint {ckpt}; " + ("processing what is new, then stopping" if available_now else
                                                  f"trigger every {trigger_seconds:g} s"
                                                  + (f" for {run_for:g} s" if run_for else " until interrupted")))
