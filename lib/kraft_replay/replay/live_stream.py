@@ -164,20 +164,19 @@ class LiveReplay(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("live", StructType([StructField("blob", BinaryType())]))
 
-    def _held(self, cid: str) -> tuple | None:
-        """The cluster's state: the objects this Python worker kept after the cluster's last micro-batch
-        when the state store holds what they were kept as (its token), else unpickled from the store
-        (a new worker, or a micro-batch Spark runs again after a failure: the store's older version)."""
+    def _held(self, cid: str) -> tuple[bytes | None, tuple | None]:
+        """The store's token and the cluster's state: the objects this Python worker kept after the
+        cluster's last micro-batch when the state store holds what they were kept as (the token), else
+        unpickled from the store (a new worker, or a micro-batch Spark runs again after a failure: the
+        store's older version)."""
         kept = _KEPT.pop(cid, None)  # popped: a failure half-way through leaves nothing kept
         if not self.state.exists():
-            self._token = None
-            return None
+            return None, None
         blob = self.state.get()[0]
         token = blob[:len(_MAGIC) + 16] if blob[:len(_MAGIC)] == _MAGIC else None
-        self._token = token
         if kept is not None and token is not None and kept[0] == token:
-            return kept[1]
-        return pickle.loads(blob[len(_MAGIC) + 16:] if token is not None else blob)
+            return token, kept[1]
+        return token, pickle.loads(blob[len(_MAGIC) + 16:] if token is not None else blob)
 
     def _keep(self, cid: str, held: tuple) -> None:
         """Write the cluster's state to the store, prefixed with a new token, and keep the objects."""
@@ -276,7 +275,7 @@ class LiveReplay(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         cid = key[0]
         pdf = pd.concat(list(rows), ignore_index=True)
-        held = self._held(cid)
+        token, held = self._held(cid)
         # state: the kernel, the versions a whole replay read, the cache lag, the versions delivered so far
         live, read, lag, delivered = [*held, *[None, {}][len(held) - 2:]] if held is not None else (None, {}, None, {})
         got, arrived = {}, set()
@@ -318,7 +317,7 @@ class LiveReplay(StatefulProcessor):
         if arrived:
             self._keep(cid, (live, read, lag, delivered))
         elif held is not None:
-            _KEPT[cid] = (self._token, held)
+            _KEPT[cid] = (token, held)
         out: list[dict[str, Any]] = []
         if step is not None:
             kind = "whole" if step.whole else "step"
