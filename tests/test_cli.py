@@ -112,6 +112,8 @@ def test_demo_with_an_unknown_scenario_is_one_line_before_spark(capsys, tmp_path
     (["--derive-every", "-1"], "--derive-every must be >= 0 seconds"),
     (["--trigger", "1", "--available-now"], "--trigger and --available-now exclude each other"),
     (["--mode", "batch", "--available-now"], "--available-now is an option of --mode stream"),
+    (["--mode", "batch", "--catch-up-records", "1000"], "--catch-up-records is an option of --mode stream"),
+    (["--available-now", "--catch-up-records", "-5"], "--catch-up-records must be >= 0 (0: never), got -5"),
 ])
 def test_replay_mode_options_that_do_not_fit_are_one_line_before_spark(capsys, tmp_path, args, says):
     """``replay``'s batch-only and stream-only options (``--incremental``, ``--derive-every``, ``--trigger`` ...):

@@ -110,3 +110,49 @@ def test_commits_that_remove_rows_fail_the_stream_unless_skipped(spark, lake, ev
     q.awaitTermination()
     ids = sorted(r.id for r in spark.table("skip_changes").collect())
     assert ids == list(range(90)) + list(range(500, 530))
+
+
+def test_a_stream_of_tables_starts_from_one_marker_per_cluster_with_snapshot_markers(spark, lake, tmp_path):
+    """``read_stream_tables(..., snapshot_markers=True)``: the rows already there when the query starts
+    come as one marker row per cluster of each table partitioned by ``cluster_id`` (the other columns
+    null, the snapshot's version), a table not partitioned by it as its rows; rows committed later come
+    as rows. Without the option the snapshot comes as rows."""
+    from pyspark.sql import functions as F
+
+    def rows(start: int, stop: int, clusters: int):
+        return events(spark, start, stop, slices=2).withColumn("cluster_id", F.concat(F.lit("c"), (F.col("id") % clusters).cast("string")))
+
+    schema = rows(0, 1, 1).schema
+    lake.create_table("keyed", schema, ["cluster_id"])
+    lake.create_table("flat", schema, [])
+    lake.append("keyed", rows(0, 60, 3))
+    lake.append("keyed", rows(60, 90, 2))
+    lake.append("flat", rows(0, 5, 2))
+    snap = lake.version("keyed")
+    got: list[list[dict]] = []
+
+    def collect(df, _bid) -> None:
+        got.append([r.asDict() for r in df.collect()])
+
+    def run(markers: bool, ckpt: str) -> None:
+        q = (lake.read_stream_tables(["keyed", "flat"], with_version=True, snapshot_markers=markers)
+             .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / ckpt))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+
+    run(True, "ck")
+    assert len(got) == 1
+    keyed = sorted((r for r in got[0] if r["_table"] == "keyed"), key=lambda r: r["cluster_id"])
+    assert [(r["cluster_id"], r["_commit_version"], r["_snapshot_marker"], r["id"], r["name"]) for r in keyed] == [
+        ("c0", snap, True, None, None), ("c1", snap, True, None, None), ("c2", snap, True, None, None)]
+    flat = [r for r in got[0] if r["_table"] == "flat"]
+    assert sorted(r["id"] for r in flat) == list(range(5)) and not any(r["_snapshot_marker"] for r in flat)
+    lake.append("keyed", rows(90, 100, 3))
+    got.clear()
+    run(True, "ck")
+    assert sorted(r["id"] for r in got[0]) == list(range(90, 100))
+    assert {r["_commit_version"] for r in got[0]} == {snap + 1} and not any(r["_snapshot_marker"] for r in got[0])
+    got.clear()
+    run(False, "ck-rows")
+    assert sorted(r["id"] for b in got for r in b if r["_table"] == "keyed") == list(range(100))
+    assert "_snapshot_marker" not in got[0][0]

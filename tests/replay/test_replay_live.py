@@ -401,3 +401,31 @@ def test_the_sink_writes_each_step_so_the_lake_equals_a_whole_replay(tmp_path: P
         for stats in lake._impl.file_stats(snap, ["valid_to_offset"]).values():
             nulls, rows = stats.null_count.get("valid_to_offset"), stats.num_records
             assert nulls in (0, rows), (t, nulls, rows)
+
+
+def test_the_rows_a_stored_replay_read_are_told_from_later_ones_a_snapshot_ahead_of_its_log_included() -> None:
+    """``stored_and_after`` (the stream's take-up of a stored batch replay): log rows past the stored
+    replay's last offset came after it; a snapshot ending past that offset came after it only when the
+    stored replay counted fewer snapshot rows — one it read already (a snapshot file ahead of the log,
+    say) is the stored replay's; a row added at or below its last offset gives None."""
+    from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, SNAPSHOT_SCHEMA
+    from kraft_replay.replay.live_stream import stored_and_after
+
+    def rows(schema: pa.Schema, **cols: list) -> pa.Table:
+        n = len(next(iter(cols.values())))
+        return pa.table({f.name: pa.array(cols.get(f.name, [None] * n), f.type) for f in schema}, schema=schema)
+
+    log = rows(LOG_SCHEMA, offset=[0, 1, 2, 3, 4])
+    control = rows(CONTROL_SCHEMA, offset=[0, 0, 5], source_kind=["snapshot", "snapshot", "log"],
+                   snapshot_end_offset=[50, 50, None])
+    snaps = rows(SNAPSHOT_SCHEMA, snapshot_end_offset=[50, 50, 50])
+    read = {"through_offset": 2, "log_rows": 3, "control_log_rows": 0, "control_snapshot_rows": 2, "snapshot_rows": 3}
+    (log_old, ctl_old, snap_old), (log_new, ctl_new, snap_new) = stored_and_after([log, control, snaps], read)
+    assert log_old.column("offset").to_pylist() == [0, 1, 2] and log_new.column("offset").to_pylist() == [3, 4]
+    assert (ctl_old.num_rows, snap_old.num_rows, snap_new.num_rows) == (2, 3, 0)  # the snapshot ahead: read
+    assert ctl_new.column("offset").to_pylist() == [5]
+    later = {**read, "control_snapshot_rows": 0, "snapshot_rows": 0}  # the snapshot came after the replay
+    (_, ctl_old, snap_old), (_, ctl_new, snap_new) = stored_and_after([log, control, snaps], later)
+    assert (ctl_old.num_rows, snap_old.num_rows, ctl_new.num_rows, snap_new.num_rows) == (0, 0, 3, 3)
+    assert stored_and_after([log, control, snaps], {**read, "log_rows": 2}) is None  # a row added at or below 2
+    assert stored_and_after([log, control, snaps], {**later, "snapshot_rows": 1}) is None

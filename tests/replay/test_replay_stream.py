@@ -26,7 +26,7 @@ from kraft_replay.outcomes.run import OUTCOME_TABLES
 from kraft_replay.replay.run import BRONZE_INPUTS, PROGRESS
 from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
 from kraft_replay.replay.live_stream import SOURCE, changes
-from kraft_replay.serve.replay_stream import run_stream
+from kraft_replay.serve.replay_stream import backlogs, run_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_TABLES = [*SILVER_TABLES, IMAGE_SNAPSHOTS, BROKER_APPLIED, CACHE_LAG]
@@ -158,6 +158,9 @@ def test_a_stream_takes_up_the_batch_replay_stored_in_the_lake(spark, tiny_gener
     run_replay(spark, lake, say=_quiet)
     stored = lake.read("log_commit").first()["last_offset"]
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
+    # what a new stream would replay itself: the records past the stored replay (issue 47 §4's count)
+    assert backlogs(lake) == {cid: lake.read("metadata_log").where(F.col("offset") > stored).count()}
+    assert backlogs(lake)[cid] > 0
     lines: list[str] = []
     report = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ckpt"), derive_every=0,
                         say=lines.append)
@@ -181,6 +184,42 @@ def test_a_stream_takes_up_the_batch_replay_stored_in_the_lake(spark, tiny_gener
     assert again.whole == 1 and "taken up" not in "\n".join(lines), lines
 
 
+def test_a_stream_started_on_a_backlog_lets_the_batch_replay_catch_up_first(spark, tiny_generated, tiny_batch,
+                                                                            tmp_path) -> None:
+    """Issue 47 §4: on a new checkpoint, a cluster with at least ``catch_up_records`` records to replay
+    (all of them when the stored replay is the live path's own) is replayed by the batch replay before
+    the query starts, and the stream's first micro-batch takes that replay up (no whole replay). Below
+    the threshold the stream replays it itself; on a checkpoint with micro-batches, later files are
+    stepped, never caught up. The silver tables end equal to the batch replay of every file."""
+    cid = tiny_generated.cluster_id
+    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    steps = _tiny_files(tiny_generated)
+    for files in steps[:2]:
+        run_ingest(spark, lake, files, cluster_id=cid, say=_quiet)
+    n = backlogs(lake)[cid]
+    assert n == lake.read("metadata_log").count() > 0
+    below = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck0"), derive_every=0,
+                       catch_up_records=n + 1, say=_quiet)
+    assert below.caught_up == [] and below.whole == 1
+    assert backlogs(lake)[cid] == n  # the live path's replay is not one a stream takes up
+
+    lines: list[str] = []
+    report = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck1"), derive_every=0,
+                        catch_up_records=n, say=lines.append)
+    said = "\n".join(lines)
+    stored = lake.read("log_commit").first()["last_offset"]
+    assert report.caught_up == [cid] and report.whole == 0, said
+    assert f"{cid} has {n:,} records to replay (>= {n:,}): the batch replay catches up first" in said, said
+    assert f"(taken up from the replay stored through offset {stored})" in said, said
+    assert report.line().startswith(f"replay stream: batch catch-up of {cid}; ")
+
+    run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
+    later = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck1"), derive_every=0,
+                       catch_up_records=1, say=_quiet)
+    assert later.caught_up == [] and later.whole == 0 and later.steps == 1
+    _assert_same(lake, tiny_batch, [*SILVER_TABLES])
+
+
 def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generated, tmp_path) -> None:
     """``max_files_per_trigger``: the bronze rows the replay stream watches arrive in several
     micro-batches, every row once."""
@@ -194,7 +233,7 @@ def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generate
     def collect(df, _bid) -> None:
         counts.append({r[SOURCE]: r["count"] for r in df.groupBy(SOURCE).count().collect()})
 
-    q = (changes(lake, max_files_per_trigger=2).writeStream.foreachBatch(collect)
+    q = (changes(lake, max_files_per_trigger=2, snapshot_markers=False).writeStream.foreachBatch(collect)
          .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
     q.awaitTermination()
     assert len(counts) > 1, counts

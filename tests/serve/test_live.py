@@ -58,7 +58,7 @@ def test_ctrl_c_stops_every_process_without_a_traceback(tmp_path: Path) -> None:
 def test_the_commands_and_bad_input(tmp_path: Path, capsys) -> None:
     args = argparse.Namespace(node_dir=["/n"], lake="/l", metrics=["http://b:7071/metrics"], cluster_id="c",
                               interval=0.5, trigger=1.0, derive_every=30.0, dashboard=True, port=8060,
-                              profile="local", backend=None)
+                              profile="local", backend=None, catch_up_records=None)
     got = {c.name: c.argv for c in commands(args)}
     assert list(got) == ["ingest", "metrics", "replay", "dashboard"]
     assert got["ingest"][got["ingest"].index("ingest"):] == ["ingest", "/n", "--lake", "/l", "--follow", "--interval",
@@ -66,10 +66,14 @@ def test_the_commands_and_bad_input(tmp_path: Path, capsys) -> None:
     assert got["replay"][got["replay"].index("replay"):] == ["replay", "--lake", "/l", "--mode", "stream", "--trigger",
                                                              "1", "--derive-every", "30"]
     assert "http://b:7071/metrics" in got["metrics"] and got["dashboard"][-2:] == ["--port", "8060"]
+    args.catch_up_records = 0
+    assert {c.name: c.argv for c in commands(args)}["replay"][-2:] == ["--catch-up-records", "0"]
     args.metrics, args.dashboard = [], False
     assert [c.name for c in commands(args)] == ["ingest", "replay"]
     for argv, msg in ((["live", str(tmp_path / "none"), "--lake", str(tmp_path)], "no such node directory"),
-                      (["live", str(tmp_path), "--lake", str(tmp_path), "--trigger", "0"], "--trigger must be > 0")):
+                      (["live", str(tmp_path), "--lake", str(tmp_path), "--trigger", "0"], "--trigger must be > 0"),
+                      (["live", str(tmp_path), "--lake", str(tmp_path), "--catch-up-records", "-1"],
+                       "--catch-up-records must be >= 0")):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert msg in err and "\n" not in err

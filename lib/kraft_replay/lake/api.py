@@ -575,18 +575,22 @@ class Lake:
                                       skip_change_commits=skip_change_commits, published=published is not None)
 
     def read_stream_tables(self, names: list[str], max_files_per_trigger: int | None = None,
-                           with_version: bool = False, tasks: int | None = None) -> DataFrame:
+                           with_version: bool = False, tasks: int | None = None,
+                           snapshot_markers: bool = False) -> DataFrame:
         """One streaming DataFrame over several tables (embedded backend): every micro-batch ends, in
         each table, at its published version as one read of ``_published`` gives them, so a run that
         published several of them at once is read whole in all of them or not at all (per-trigger
         limits cut each table apart). Columns: every table's by name, ``_table`` (the row's table) and,
         ``with_version``, ``_commit_version`` (the table version whose commit added the row). ``tasks``:
-        how many tasks read a micro-batch's files (default: twice the default parallelism)."""
+        how many tasks read a micro-batch's files (default: twice the default parallelism).
+        ``snapshot_markers``: the snapshot the query starts from comes as one marker row per cluster and
+        table (``_snapshot_marker`` true, the other columns null) instead of its rows, for a consumer
+        that reads them itself."""
         names = [_valid_name(n) for n in names]
         if self.backend != "deltars":
             raise InvalidArgumentError("read_stream_tables needs the embedded backend (deltars)")
         return self._impl.read_stream_tables(names, max_files_per_trigger=max_files_per_trigger, with_version=with_version,
-                                             tasks=tasks)
+                                             tasks=tasks, snapshot_markers=snapshot_markers)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> StreamingQuery:

@@ -949,7 +949,8 @@ class DeltaRsBackend:
                             published_uri=self.location(PUBLISHED).uri, table_name=name)
 
     def read_stream_tables(self, names: list[str], *, max_files_per_trigger: int | None = None,
-                           with_version: bool = False, tasks: int | None = None) -> DataFrame:
+                           with_version: bool = False, tasks: int | None = None,
+                           snapshot_markers: bool = False) -> DataFrame:
         """One streaming DataFrame over several tables, each micro-batch ending at one published moment
         in all of them (``lake.stream.stream_tables``)."""
         from kraft_replay.lake.publish import PUBLISHED
@@ -962,7 +963,8 @@ class DeltaRsBackend:
             snap = self._open(name)
             specs.append((name, self.location(name).uri, to_spark_schema(snap.schema()), list(snap.metadata().partition_columns)))
         return stream_tables(self.spark, specs, published_uri=self.location(PUBLISHED).uri,
-                             max_files_per_trigger=max_files_per_trigger, with_version=with_version, tasks=tasks)
+                             max_files_per_trigger=max_files_per_trigger, with_version=with_version, tasks=tasks,
+                             snapshot_markers=snapshot_markers)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> Any:

@@ -70,6 +70,9 @@ class _File:
 COMMIT_VERSION = "_commit_version"
 #: the column a stream of several tables (:func:`stream_tables`) adds: the table of the row
 TABLE_COLUMN = "_table"
+#: the column :func:`stream_tables` adds ``snapshot_markers``: true on a row standing for a partition's
+#: rows of the snapshot a query starts from (its partition columns set, every other column null)
+MARKER_COLUMN = "_snapshot_marker"
 
 
 class FileBin(InputPartition):
@@ -320,6 +323,8 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             arr = pa.array(np.full(n, version, dtype=np.int64))
                         elif field.name == TABLE_COLUMN and self.table_label is not None:
                             arr = pa.array([self.table_label] * n, pa.string())
+                        elif field.name == MARKER_COLUMN:
+                            arr = pa.array(np.zeros(n, dtype=bool))
                         elif field.name in parts:
                             value = pvalues.get(field.name)
                             arr = pa.nulls(n, field.type) if value is None else \
@@ -343,17 +348,34 @@ class TableBin(InputPartition):
         self.files = files
 
 
+class MarkerBin(InputPartition):
+    """A Spark partition standing for one table's files of the snapshot a query starts from: a marker
+    row per partition (``partitions``: each one's partition values) instead of the files' rows."""
+
+    def __init__(self, table: str, version: int, partitions: list[dict[str, str | None]]) -> None:
+        super().__init__((table, version, partitions))
+        self.table = table
+        self.version = version
+        self.partitions = partitions
+
+
 class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Several tables of one lake as one stream (:func:`stream_tables`): a reader per table (the offset
     rule of :class:`LakeStreamReader`), and every micro-batch ends, in each table, at its published
     version as one read of the lake's ``_published`` table gives them — the same published moment
     for all (a table never published: its head). A run that publishes several tables at once (an
     ingest run) is then read whole or not at all, in every table (without per-trigger limits, which
-    cut each table apart). The offset is ``{table: the table's offset}``."""
+    cut each table apart). The offset is ``{table: the table's offset}``.
+
+    With ``snapshot_markers`` the snapshot a query starts from is not read: each table partitioned by
+    ``cluster_id`` gives one marker row (:data:`MARKER_COLUMN`) per partition of that snapshot instead,
+    for a consumer that reads those rows itself (the live replay reads a cluster's rows with delta-rs
+    when it first sees the cluster)."""
 
     def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.schema = schema
         self.published_uri = options.get("published_uri") or None
+        self.markers = options.get("snapshot_markers") == "true"
         shared = {k: v for k, v in options.items() if k in ("max_files", "max_rows", "bins", "skip_change_commits")}
         self.subs: dict[str, LakeStreamReader] = {}
         for spec in json.loads(options["tables"]):
@@ -406,15 +428,50 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return [TableBin(name, fb.files) for name, sub in self.subs.items()
-                for fb in sub.partitions(start[name], end[name])]
+        out: list[InputPartition] = []
+        for name, sub in self.subs.items():
+            s, e = start[name], end[name]
+            if self.markers and s["version"] == s["snapshot"] and "cluster_id" in sub.partition_by \
+                    and (e["version"], e["index"]) > (s["version"], s["index"]):
+                after = {"snapshot": s["snapshot"], "version": s["snapshot"] + 1, "index": 0}
+                cut = e if e["version"] == s["snapshot"] else after
+                seen = {json.dumps(f.partition_values, sort_keys=True) for f, _v in sub._between(s, cut)}
+                if seen:
+                    out.append(MarkerBin(name, s["snapshot"], [json.loads(v) for v in sorted(seen)]))
+                s = cut
+            out.extend(TableBin(name, fb.files) for fb in sub.partitions(s, e))
+        return out
 
     def commit(self, end: dict) -> None:
         for name, sub in self.subs.items():
             sub.commit(end[name])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self.subs[partition.table].read(partition)  # type: ignore[attr-defined]
+        if isinstance(partition, MarkerBin):
+            yield self._markers(partition)
+            return
+        yield from self.subs[partition.table].read(partition)  # type: ignore[attr-defined]
+
+    def _markers(self, bin_: MarkerBin) -> pa.RecordBatch:
+        """A marker row per partition of ``bin_``: its partition columns, table, version and marker set."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        n = len(bin_.partitions)
+        arrays = []
+        for field in target:
+            if field.name == COMMIT_VERSION:
+                arr = pa.array([bin_.version] * n, pa.int64())
+            elif field.name == TABLE_COLUMN:
+                arr = pa.array([bin_.table] * n, pa.string())
+            elif field.name == MARKER_COLUMN:
+                arr = pa.array([True] * n, pa.bool_())
+            elif field.name in self.subs[bin_.table].partition_by:
+                arr = pa.array([p.get(field.name) for p in bin_.partitions], pa.string()).cast(field.type)
+            else:
+                arr = pa.nulls(n, field.type)
+            arrays.append(arr)
+        return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
 class TablesStreamSource(DataSource):
@@ -483,14 +540,16 @@ def stream_table(spark: SparkSession, uri: str, schema: StructType, partition_by
 
 def stream_tables(spark: SparkSession, tables: list[tuple[str, str, StructType, list[str]]], *, published_uri: str,
                   max_files_per_trigger: int | None = None, with_version: bool = False,
-                  tasks: int | None = None) -> DataFrame:
+                  tasks: int | None = None, snapshot_markers: bool = False) -> DataFrame:
     """One streaming DataFrame over several tables ``(name, uri, schema, partition_by)`` of one lake
     (:class:`TablesStreamReader`: every micro-batch ends at one published moment in all of them). Its
     columns: every table's (by name; a name two tables type differently is an error), then
     :data:`TABLE_COLUMN` (the row's table) and, ``with_version``, :data:`COMMIT_VERSION`; a row reads
     null in the columns its table lacks. ``tasks``: how many tasks read a micro-batch's files (default
-    twice the default parallelism)."""
-    from pyspark.sql.types import LongType, StringType, StructField
+    twice the default parallelism). ``snapshot_markers``: the snapshot the query starts from comes as
+    marker rows, one per ``cluster_id`` partition of each table partitioned by it (:class:`TablesStreamReader`),
+    flagged in :data:`MARKER_COLUMN`."""
+    from pyspark.sql.types import BooleanType, LongType, StringType, StructField
 
     register_source(spark)
     fields: dict[str, StructField] = {}
@@ -501,11 +560,13 @@ def stream_tables(spark: SparkSession, tables: list[tuple[str, str, StructType, 
                                  f"another table's is {fields[f.name].dataType.simpleString()}")
             fields.setdefault(f.name, StructField(f.name, f.dataType, True))
     union = StructType([*fields.values(), StructField(TABLE_COLUMN, StringType(), False),
-                        *([StructField(COMMIT_VERSION, LongType(), False)] if with_version else [])])
+                        *([StructField(COMMIT_VERSION, LongType(), False)] if with_version else []),
+                        *([StructField(MARKER_COLUMN, BooleanType(), False)] if snapshot_markers else [])])
     specs = [{"name": name, "uri": uri, "partition_by": list(parts)} for name, uri, _s, parts in tables]
     reader = (spark.readStream.format(TABLES_SOURCE_NAME)
               .option("tables", json.dumps(specs))
               .option("published_uri", published_uri)
+              .option("snapshot_markers", "true" if snapshot_markers else "false")
               .option("schema", union.json())
               .option("bins", str(tasks or max(1, spark.sparkContext.defaultParallelism * 2))))
     if max_files_per_trigger is not None:

@@ -156,6 +156,8 @@ def plan(cluster_id: str, stored_progress: dict | None, stored_commit: dict | No
         return full("the earlier replay read no log")
     if c["last_offset"] != e:
         return full("the earlier replay's last batch was divergent")
+    if p["log_rows"] is None:
+        return full("the stored replay is the live stream's (it counts no bronze rows)")
     if now.log_rows - now.log_after != p["log_rows"] or now.control_log_rows - now.control_after != p["control_log_rows"]:
         return full(f"log rows were added at offsets <= {e} (a copy from another node or a rewritten tail)")
     snaps_changed = (now.snapshot_rows != p["snapshot_rows"] or now.control_snapshot_rows != p["control_snapshot_rows"])

@@ -128,7 +128,9 @@ def commands(args: argparse.Namespace) -> list[Child]:
                                      "--interval", f"{args.interval:g}",
                                      *(["--cluster-id", args.cluster_id] if args.cluster_id else [])]))
     out.append(Child("replay", [*_cli(), *common, "replay", "--lake", args.lake, "--mode", "stream",
-                                "--trigger", f"{args.trigger:g}", "--derive-every", f"{args.derive_every:g}"]))
+                                "--trigger", f"{args.trigger:g}", "--derive-every", f"{args.derive_every:g}",
+                                *(["--catch-up-records", str(args.catch_up_records)]
+                                  if args.catch_up_records is not None else [])]))
     if args.dashboard:
         out.append(Child("dashboard", [*_cli(), *common, "dashboard", "--lake", args.lake, "--port", str(args.port)]))
     return out
@@ -152,6 +154,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--derive-every", type=float, default=60.0, metavar="SECONDS",
                    help="how often the stream recomputes broker_applied, image_snapshots and the outcome tables "
                         "(default 60; cache_lag follows every micro-batch)")
+    p.add_argument("--catch-up-records", type=int, default=None, metavar="N",
+                   help="a cluster with at least N records to replay when the stream starts anew is caught up by the "
+                        "batch replay first (replay --catch-up-records; default 500000, 0: never)")
     p.add_argument("--dashboard", action="store_true", help="also serve the dashboard")
     p.add_argument("--port", type=int, default=8050, help="the dashboard's port (default 8050)")
     p.set_defaults(func=run)
@@ -167,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--{name} must be > 0 seconds, got {getattr(args, name):g}")
     if not args.derive_every >= 0:
         raise UserError(f"--derive-every must be >= 0 seconds, got {args.derive_every:g}")
+    if args.catch_up_records is not None and args.catch_up_records < 0:
+        raise UserError(f"--catch-up-records must be >= 0 (0: never), got {args.catch_up_records}")
     missing = [d for d in args.node_dir if not os.path.exists(d)]
     if missing:
         raise UserError(f"{missing[0]}: no such node directory or file")

@@ -11,7 +11,8 @@ exit 2 with one line on bad input (missing bronze tables, an unknown cluster), n
 ``--trigger SECONDS`` runs until interrupted (or ``--run-for``), ``--available-now`` processes what
 is new and stops; each cluster's replay is kept in the stream's state store and advanced with each
 micro-batch's records, ``cache_lag`` with its new metric samples (``--derive-every``: how often the
-other derived tables follow).
+other derived tables follow). On a new checkpoint a cluster with a large backlog (``--catch-up-records``)
+is caught up by the batch replay before the query starts, and the stream takes that replay up.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="stream: recompute image_snapshots, broker_applied and the outcome tables of the clusters "
                         "touched since, at most every SECONDS (default 60; 0: after every micro-batch) and when the "
                         "stream stops (cache_lag follows every micro-batch)")
+    p.add_argument("--catch-up-records", type=int, default=None, metavar="N",
+                   help="stream: on a new checkpoint, a cluster with at least N bronze log records not in a stored "
+                        "batch replay is caught up by the batch replay first, then taken up by the stream (default "
+                        "500000: below it the stream's own replay is sooner; 0: never)")
     p.add_argument("--lag-bucket", type=float, default=1.0, metavar="SECONDS",
                    help="time bucket of cache_lag (written when the lake holds broker_progress; default 1)")
     p.set_defaults(func=run)
@@ -75,7 +80,8 @@ def _user_error(exc: Exception) -> Exception:
 
 def _mode(args: argparse.Namespace) -> str:
     streamy = [o for o, v in (("--trigger", args.trigger), ("--available-now", args.available_now or None),
-                              ("--run-for", args.run_for), ("--checkpoint", args.checkpoint)) if v is not None]
+                              ("--run-for", args.run_for), ("--checkpoint", args.checkpoint),
+                              ("--catch-up-records", args.catch_up_records)) if v is not None]
     mode = args.mode or ("stream" if streamy else "batch")
     if mode == "batch" and streamy:
         raise _user_error(ValueError(f"{streamy[0]} is an option of --mode stream, not --mode batch"))
@@ -90,6 +96,8 @@ def _mode(args: argparse.Namespace) -> str:
         raise _user_error(ValueError("--incremental is --mode batch's: stream mode keeps each cluster's replay current by itself"))
     if not args.derive_every >= 0:
         raise _user_error(ValueError(f"--derive-every must be >= 0 seconds, got {args.derive_every:g}"))
+    if args.catch_up_records is not None and args.catch_up_records < 0:
+        raise _user_error(ValueError(f"--catch-up-records must be >= 0 (0: never), got {args.catch_up_records}"))
     return mode
 
 
@@ -131,12 +139,14 @@ def run(args: argparse.Namespace) -> int:
 def _run_stream(args: argparse.Namespace, spark, lake, say) -> int:  # noqa: ANN001
     from kraft_replay.ingest.errors import IngestError
     from kraft_replay.replay.run import ReplayError
-    from kraft_replay.serve.replay_stream import StreamFailed, run_stream
+    from kraft_replay.serve.replay_stream import CATCH_UP_RECORDS, StreamFailed, run_stream
 
+    catch_up = CATCH_UP_RECORDS if args.catch_up_records is None else (args.catch_up_records or None)
     try:
         report = run_stream(spark, lake, cluster_id=args.cluster_id, trigger_seconds=args.trigger or 1.0,
                             available_now=args.available_now, checkpoint=args.checkpoint, run_for=args.run_for,
-                            lag_bucket=args.lag_bucket, image_at=args.image_at, derive_every=args.derive_every, say=say)
+                            lag_bucket=args.lag_bucket, image_at=args.image_at, derive_every=args.derive_every,
+                            catch_up_records=catch_up, say=say)
     except (ReplayError, IngestError, StreamFailed) as exc:
         raise _user_error(exc) from None
     if args.json:
