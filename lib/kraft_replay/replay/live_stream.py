@@ -5,7 +5,9 @@ and its steps written by the driver with delta-rs commits and one publish per mi
 
 * **Input**: the bronze ``metadata_log``, ``metadata_control`` and ``snapshot_records`` rows the
   lake's streaming source delivers (published runs only), each tagged with its table and the table
-  version that added it, plus the new ``broker_progress`` samples and ``quorum_status`` captures.
+  version that added it, plus the new ``broker_progress`` samples and ``quorum_status`` captures. The
+  rows already there when the query starts come as one marker per cluster and table (:func:`changes`):
+  the operator reads them itself.
 * **The operator** (:class:`LiveReplay`): the state is the pickled live replay, the cluster's cache
   lag (:class:`~kraft_replay.outcomes.live_lag.LiveLag`), per input table the version through which a
   whole replay already read it and the newest version delivered so far. New rows go to
