@@ -120,7 +120,9 @@ def _checkpoint_is_new(ckpt: str) -> bool:
     """No micro-batch committed in the query checkpoint ``ckpt`` yet (the stream's state holds nothing)."""
     import pyarrow.fs as pafs
 
-    fs, path = pafs.FileSystem.from_uri(ckpt if "://" in ckpt else "file://" + ckpt)
+    from kraft_replay.lake.stream import _fs_for
+
+    fs, path = _fs_for(ckpt)
     info = fs.get_file_info(pafs.FileSelector(path + "/commits", allow_not_found=True))
     return not any(i.type == pafs.FileType.File for i in info)
 
