@@ -418,7 +418,8 @@ def get_spark(profile: str | Profile = "local", *, delta: bool = False, **overri
     if master:
         builder = builder.master(master)
     extra_opts = extra_java_options(sp.java_options)
-    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -XX:+UseG1GC {extra_opts}".strip()
+    gc = "" if re.search(r"-XX:\+Use\w+GC\b", extra_opts) else "-XX:+UseG1GC "  # G1 unless the options pick one
+    java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} {gc}{extra_opts}".strip()
     from kraft_replay.spark.classes import java_options
 
     # the driver maps the class archive made for this Java and pyspark (kraft_replay.spark.classes)
@@ -525,7 +526,14 @@ def lineage_cut(df, eager: bool = False):  # noqa: ANN001, ANN201 - a DataFrame
     its columns under fresh ids (``toDF``: one alias per column) so that a join of it with a frame it
     was derived from resolves: without adaptive execution (:data:`SMALL_RUN_CONF`) Spark 4.2's
     analyzer fails on such a join over the checkpoint's own column ids ("Failure when resolving
-    conflicting references in Join")."""
+    conflicting references in Join").
+
+    Under one shuffle partition (the small runs': :data:`SMALL_RUN_CONF`) the frame is held in one
+    partition: a union or a scan of several files would otherwise bring a task per part into every
+    stage that reads it, each task deserialising that stage's plan (a tiny whole replay: 415 tasks
+    in 195 stages, then 154 in 109; 10 % less time, docs/benchmarks.md "Test suite")."""
+    if df.sparkSession.conf.get("spark.sql.shuffle.partitions") == "1":
+        df = df.coalesce(1)
     return df.localCheckpoint(eager=eager).toDF(*df.columns)
 
 
