@@ -60,6 +60,9 @@ def test_session_follows_the_test_profile_and_is_reused(spark):
     # $KRAFT_REPLAY_JAVA_OPTIONS (tests/conftest.py sets it) reaches the running JVM's arguments
     jvm_args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())  # noqa: SLF001
     assert set(os.environ["KRAFT_REPLAY_JAVA_OPTIONS"].split()) <= set(jvm_args), jvm_args
+    # G1 unless those options pick a collector (two would stop the JVM from starting)
+    picked = any(o.startswith("-XX:+Use") and o.endswith("GC") for o in os.environ["KRAFT_REPLAY_JAVA_OPTIONS"].split())
+    assert ("-XX:+UseG1GC" in jvm_args) != picked, jvm_args
 
 
 def test_java_home_wins_then_path(tmp_path, monkeypatch):
@@ -172,3 +175,23 @@ def test_a_profile_without_a_master_outside_spark_submit_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("kraft-replay tables: error: profile 'cluster' sets no Spark master: run the job with "
                                    "spark-submit --master URL, or set KRAFT_REPLAY_SPARK_MASTER (e.g. spark://host:7077)")
+
+
+def test_lineage_cut_holds_a_small_run_frame_in_one_partition(spark):
+    """Under the small runs' settings a checkpointed frame of three parts is one partition with the same
+    rows; under the test profile's settings, or one shuffle partition alone (a profile's choice for
+    frames that may be large), it keeps its parts. Its columns have fresh ids: a join with the frame it
+    came from resolves."""
+    from kraft_replay.spark import SMALL_RUN_CONF, lineage_cut, session_conf
+
+    parts = spark.range(0, 12, numPartitions=3)
+    assert parts.rdd.getNumPartitions() == 3
+    with session_conf(spark, SMALL_RUN_CONF):
+        small = lineage_cut(parts)
+        assert small.rdd.getNumPartitions() == 1
+        assert sorted(r.id for r in small.collect()) == list(range(12))
+        joined = small.join(parts, small.id == parts.id)  # fresh ids: a join with what it came from resolves
+        assert joined.count() == 12
+    assert lineage_cut(parts).rdd.getNumPartitions() == 3
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
+        assert lineage_cut(parts).rdd.getNumPartitions() == 3

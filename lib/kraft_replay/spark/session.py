@@ -528,11 +528,13 @@ def lineage_cut(df, eager: bool = False):  # noqa: ANN001, ANN201 - a DataFrame
     analyzer fails on such a join over the checkpoint's own column ids ("Failure when resolving
     conflicting references in Join").
 
-    Under one shuffle partition (the small runs': :data:`SMALL_RUN_CONF`) the frame is held in one
-    partition: a union or a scan of several files would otherwise bring a task per part into every
-    stage that reads it, each task deserialising that stage's plan (a tiny whole replay: 415 tasks
-    in 195 stages, then 154 in 109; 10 % less time, docs/benchmarks.md "Test suite")."""
-    if df.sparkSession.conf.get("spark.sql.shuffle.partitions") == "1":
+    Under the small runs' settings (:data:`SMALL_RUN_CONF`: one shuffle partition) the frame is held
+    in one partition: a union or a scan of several files would otherwise bring a task per part into
+    every stage that reads it, each task deserialising that stage's plan (a tiny whole replay: 415
+    tasks in 195 stages, then 154 in 109; 10 % less time, docs/benchmarks.md "Test suite"). Not for a
+    profile that merely sets one shuffle partition: its frames may be large."""
+    conf = df.sparkSession.conf
+    if all(conf.get(k, None) == v for k, v in SMALL_RUN_CONF.items()):
         df = df.coalesce(1)
     return df.localCheckpoint(eager=eager).toDF(*df.columns)
 
