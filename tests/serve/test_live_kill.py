@@ -124,6 +124,9 @@ def test_kill_9_of_the_followers_at_random_points(tiny_generated, tmp_path: Path
     def batches() -> int:
         return sum(1 for ln in list(lines) if ln.startswith("[replay] batch "))
 
+    def stream_started() -> bool:  # the stream running now has started its query (each one says so once)
+        return "".join(lines).count("[replay] replay stream: checkpoint ") == 1 + killed.count("replay")
+
     def wait(what, timeout: float = 240.0) -> None:  # noqa: ANN001 - a predicate
         end = time.monotonic() + timeout
         while not what():
@@ -133,9 +136,11 @@ def test_kill_9_of_the_followers_at_random_points(tiny_generated, tmp_path: Path
     try:
         writer.start()
         for roles, kill in zip(rounds, kills):
-            # two micro-batches since the last kill (or the writer waiting for this one: nothing new comes)
+            # two micro-batches since the last kill (or the writer waiting for this one: nothing new comes),
+            # and a stream to be killed past its start
             seen = batches()
-            wait(lambda seen=seen: (batches() >= seen + 2 or holding.is_set()) and set(roles) <= set(_children(sup.pid)))
+            wait(lambda seen=seen, roles=roles: (batches() >= seen + 2 or holding.is_set())
+                 and set(roles) <= set(_children(sup.pid)) and ("replay" not in roles or stream_started()))
             time.sleep(rnd.uniform(0.0, 3.0))  # a random point: mid-poll, mid-micro-batch, between them
             kids = _children(sup.pid)
             for role in roles:
