@@ -531,7 +531,7 @@ def lineage_cut(df, eager: bool = False):  # noqa: ANN001, ANN201 - a DataFrame
     Under the small runs' settings (:data:`SMALL_RUN_CONF`: one shuffle partition) the frame is held
     in one partition: a union or a scan of several files would otherwise bring a task per part into
     every stage that reads it, each task deserialising that stage's plan (a tiny whole replay: 415
-    tasks in 195 stages, then 154 in 109; 10 % less time, docs/benchmarks.md "Test suite"). Not for a
+    tasks in 195 stages, then 154 in 109; docs/benchmarks.md "Test suite"). Not for a
     profile that merely sets one shuffle partition: its frames may be large."""
     conf = df.sparkSession.conf
     if all(conf.get(k, None) == v for k, v in SMALL_RUN_CONF.items()):
