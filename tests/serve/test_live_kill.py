@@ -180,4 +180,4 @@ def test_kill_9_of_the_followers_at_random_points(tiny_generated, tmp_path: Path
     first = [ln for ln in lines if "replayed whole (the cluster's first rows in this stream)" in ln]
     printed = [ln for ln in lines if ln.startswith("[replay] batch ")]
     assert len(first) == 1 and first[0] == printed[0], f"seed {seed}: {first} {printed[:3]}"
-    assert said.count("[replay] replay stream: checkpoint ") == 1 + killed.count("replay"), f"seed {seed}: {said[-3000:]}"
+    assert stream_started(), f"seed {seed}: {said[-3000:]}"  # one query start per stream: none killed before it
