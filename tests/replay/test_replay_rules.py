@@ -171,3 +171,17 @@ def test_secrets_never_leave_bronze(scenario_runs) -> None:
     scram = got["scram_credentials"].to_pylist()
     assert {(r["name"], r["mechanism"], r["iterations"], r["deleted"]) for r in scram} == {
         ("alice", 1, 4096, False), ("bob", 2, 8192, False), ("bob", 2, None, True)}
+
+
+def test_the_cast_types_are_the_contracts_types(spark) -> None:
+    """``spark_type``, what the domains cast to (an atomic type by name, others as a ``DataType``), casts
+    every silver table's columns to its contract's Spark types: timestamps with the session's time zone
+    (``timestamp_ltz``) whatever its default timestamp type, lists with their element nullability."""
+    from kraft_replay.replay.versioning import spark_schema, spark_type
+    from kraft_replay.spark import session_conf
+
+    assert spark_type(pa.int64()) == "bigint" and spark_type(pa.timestamp("us", tz="UTC")) == "timestamp_ltz"
+    for name, spec in SILVER_TABLES.items():
+        with session_conf(spark, {"spark.sql.timestampType": "TIMESTAMP_NTZ"}):
+            cast = spark.range(1).select(*[F.lit(None).cast(spark_type(f.type)).alias(f.name) for f in spec.schema])
+        assert [(f.name, f.dataType) for f in cast.schema] == [(f.name, f.dataType) for f in spark_schema(name)], name

@@ -22,13 +22,14 @@ previous version (all for a first version or one after a tombstone, null on a to
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
 
 from kraft_replay.replay.schemas import SILVER_TABLES
 
@@ -43,8 +44,18 @@ MAIN = -1  # _sid of a cluster's log replay
 _META = ["_vtime", "_del", "_snap", "record_offset", "record_type", "snapshot_end_offset"]
 
 
-def spark_type(typ: pa.DataType):  # noqa: ANN201 - a pyspark DataType
-    return from_arrow_type(typ)
+@functools.lru_cache(maxsize=None)
+def spark_type(typ: pa.DataType) -> DataType | str:
+    """The Spark type of Arrow type ``typ`` as ``Column.cast`` takes it: an atomic type by its name
+    (one Py4J call per cast, where a ``DataType`` costs five: PySpark looks up the session and has the
+    JVM parse the type's JSON; a replay casts about 500 times), any other as the ``DataType`` (its
+    element nullability exact). Timestamps by ``timestamp_ltz``, whatever the session's default."""
+    dt = from_arrow_type(typ)
+    if isinstance(dt, TimestampType):
+        return "timestamp_ltz"
+    if isinstance(dt, (ArrayType, MapType, StructType)):
+        return dt
+    return dt.simpleString()
 
 
 def spark_schema(name: str) -> StructType:

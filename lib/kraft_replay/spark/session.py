@@ -464,6 +464,9 @@ def get_spark(profile: str | Profile = "local", *, delta: bool = False, **overri
         settings["spark.submit.pyFiles"] = ",".join([*shipped, str(package_zip())])
     for key, value in settings.items():
         builder = builder.config(key, value)
+    from kraft_replay.spark import lookups
+
+    lookups.keep_lookups()  # each Java class and method looked up once, not per Column built
     with _jvm_output(_SPARK_LOG):
         _SESSION = builder.getOrCreate()
     _SESSION_PROFILE = prof
