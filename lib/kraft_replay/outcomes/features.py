@@ -128,11 +128,13 @@ def _live_at(pos: Column) -> Column:
 
 
 def _range_of(features: Column, name: Column) -> Column:
-    """§7.3: struct(min, max, listed) of feature ``name`` in a registration's features list; [0, 0] unlisted."""
-    hit = F.get(F.filter(features, lambda x: x["name"] == name), 0)
-    return F.struct(F.coalesce(hit["min_supported_version"].cast("int"), F.lit(0)).alias("min"),
-                    F.coalesce(hit["max_supported_version"].cast("int"), F.lit(0)).alias("max"),
-                    hit.isNotNull().alias("listed"))
+    """§7.3: struct(min, max, listed) of feature ``name`` in a registration's features list; [0, 0] unlisted.
+    The list is searched once (the struct built inside the search): the checks read a range several
+    times, and each copy of a search is one more lambda for Spark to analyse."""
+    ranges = F.transform(F.filter(features, lambda x: x["name"] == name), lambda x: F.struct(
+        F.coalesce(x["min_supported_version"].cast("int"), F.lit(0)).alias("min"),
+        F.coalesce(x["max_supported_version"].cast("int"), F.lit(0)).alias("max"), F.lit(True).alias("listed")))
+    return F.coalesce(F.get(ranges, 0), F.struct(F.lit(0).alias("min"), F.lit(0).alias("max"), F.lit(False).alias("listed")))
 
 
 def _range_text(lo: Column, hi: Column) -> Column:
@@ -322,32 +324,35 @@ def _first_fail(*checks: tuple[Column, str, Column]) -> Column:
     return out
 
 
-def _node_fail(nodes: Column, feature: Column, level: Column, label: str) -> Column:
-    """The first node of ``nodes`` (by id) whose range for ``feature`` excludes ``level``: its message."""
-    bad = F.get(F.filter(nodes, lambda n: (level < _range_of(n["features"], feature)["min"])
-                         | (level > _range_of(n["features"], feature)["max"])), 0)
-    rng = _range_of(bad["features"], feature)
+def _first_outside(nodes: Column, feature: Column, level: Column) -> Column:
+    """struct(id, range) of the first node of ``nodes`` (by id) whose range for ``feature``
+    (:func:`_range_of`) excludes ``level``; null if none."""
+    ranged = F.transform(nodes, lambda n: F.struct(n["id"].alias("id"), _range_of(n["features"], feature).alias("range")))
+    return F.get(F.filter(ranged, lambda n: (level < n["range"]["min"]) | (level > n["range"]["max"])), 0)
+
+
+def _node_fail(bad: Column, label: str) -> Column:
+    """§7.3: the message for ``bad``, a node :func:`_first_outside` found (null: none)."""
     head = F.concat(F.lit(label + " "), bad["id"].cast("string"))
-    return F.when(bad.isNotNull(), _unsupported(head, rng))
+    return F.when(bad.isNotNull(), _unsupported(head, bad["range"]))
 
 
-def _voter_fail(voters: Column, controllers: Column, feature: Column, level: Column) -> Column:
-    """§7.3 from 3.7-IV0: the first voter (by id) not registered or whose range excludes ``level``."""
-    def reg(v: Column) -> Column:
-        return F.get(F.filter(controllers, lambda c: c["id"] == v), 0)
+def _first_failing_voter(voters: Column, controllers: Column, feature: Column, level: Column) -> Column:
+    """§7.3 from 3.7-IV0: struct(id, registered, range) of the first voter (by id) not registered or whose
+    range excludes ``level``; null if none."""
+    regs = F.transform(voters, lambda v: F.struct(v.alias("id"), F.get(F.filter(controllers, lambda c: c["id"] == v), 0)
+                                                  .alias("reg")))
+    ranged = F.transform(regs, lambda r: F.struct(r["id"].alias("id"), r["reg"].isNotNull().alias("registered"),
+                                                  _range_of(r["reg"]["features"], feature).alias("range")))
+    return F.get(F.filter(ranged, lambda r: ~r["registered"] | (level < r["range"]["min"]) | (level > r["range"]["max"])), 0)
 
-    def bad(v: Column) -> Column:
-        c = reg(v)
-        r = _range_of(c["features"], feature)
-        return c.isNull() | (level < r["min"]) | (level > r["max"])
-    v = F.get(F.filter(voters, bad), 0)
-    c = reg(v)
-    r = _range_of(c["features"], feature)
-    head = F.concat(F.lit("Controller "), v.cast("string"))
-    return F.when(v.isNull(), F.lit(None).cast("string")).when(
-        c.isNull(), F.concat(F.lit("controller "), v.cast("string"),
-                             F.lit(" has not registered, and may not support this feature"))).otherwise(
-        _unsupported(head, r))
+
+def _voter_fail(bad: Column) -> Column:
+    """§7.3: the message for ``bad``, a voter :func:`_first_failing_voter` found (null: none)."""
+    v = bad["id"].cast("string")
+    return F.when(bad.isNull(), F.lit(None).cast("string")).when(
+        ~bad["registered"], F.concat(F.lit("controller "), v, F.lit(" has not registered, and may not support this feature"))
+    ).otherwise(_unsupported(F.concat(F.lit("Controller "), v), bad["range"]))
 
 
 def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPolicy | None = None) -> DataFrame:
@@ -362,13 +367,20 @@ def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPoli
     cur = F.when(is_mv, F.col("_mv")).otherwise(F.coalesce(F.col("_finalized")[feat], F.lit(0)))
     utype = F.when(code == 1, "UPGRADE").when(code == 2, "SAFE_DOWNGRADE").when(code == 3, "UNSAFE_DOWNGRADE")
     leader_reg = F.get(F.filter(F.col("_controllers"), lambda c: c["id"] == F.col("_leader")), 0)
-    lrng = _range_of(leader_reg["features"], feat)
     lhead = F.concat(F.lit("Local controller "), F.col("_leader").cast("string"))
-    local_msg = F.when(leader_reg.isNotNull() & ((lvl < lrng["min"]) | (lvl > lrng["max"])),
-                       _unsupported(lhead, lrng))
-    broker_msg = _node_fail(F.col("_brokers"), feat, lvl, "Broker")
-    voter_msg = F.when(F.col("_mv") >= CONTROLLER_REGISTRATION_MV,
-                       _voter_fail(F.col("_voters"), F.col("_controllers"), feat, lvl))
+    # the nodes that fail a check are found once, then their messages, each as a column: the checks
+    # below read a message twice (condition and text) in both verdicts, and each copy of a search over
+    # the nodes is more lambdas for Spark to analyse (inlined, the select reading them took 10 s to
+    # analyse on 9 requests)
+    ctx = ctx.select("*", F.when(leader_reg.isNotNull(), _range_of(leader_reg["features"], feat)).alias("_lrange"),
+                     _first_outside(F.col("_brokers"), feat, lvl).alias("_bad_broker"),
+                     _first_failing_voter(F.col("_voters"), F.col("_controllers"), feat, lvl).alias("_bad_voter"))
+    lrng = F.col("_lrange")
+    node_msgs = {
+        "_local_msg": F.when(lrng.isNotNull() & ((lvl < lrng["min"]) | (lvl > lrng["max"])), _unsupported(lhead, lrng)),
+        "_broker_msg": _node_fail(F.col("_bad_broker"), "Broker"),
+        "_voter_msg": F.when(F.col("_mv") >= CONTROLLER_REGISTRATION_MV, _voter_fail(F.col("_bad_voter")))}
+    local_msg, broker_msg, voter_msg = (F.col(c) for c in node_msgs)
     w_req = Window.partitionBy("cluster_id", "request_id")
     proposed_mv = F.coalesce(F.max(F.when(is_mv, lvl)).over(w_req), F.col("_mv"))
     known_mv = F.array(*[F.lit(x) for x in sorted(MV_NAMES)])
@@ -445,7 +457,7 @@ def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPoli
     ]
     x = ctx.select("*", cur.alias("current_level"), F.col("_mv").alias("metadata_version_level"),
                    F.col("_leader").alias("active_controller"), defined[feat].alias("_defined"),
-                   proposed_mv.alias("_proposed_mv"))
+                   proposed_mv.alias("_proposed_mv"), *[m.alias(c) for c, m in node_msgs.items()])
     if losses is not None:
         la = losses.groupBy("_rid").agg(
             F.count(F.lit(1)).alias("_nl"),
@@ -465,7 +477,7 @@ def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPoli
     # the local-controller check (step 4) is skipped without a registration (or an active controller) to read
     reached = ~F.coalesce(F.col("_today.check").isin("UPGRADE_TYPE", "NEGATIVE_LEVEL"), F.lit(False))
     skipped = F.when(reached & F.col("_leader").isNull(), F.array(F.lit("no active controller"))).when(
-        reached & leader_reg.isNull(), F.array(F.concat(
+        reached & lrng.isNull(), F.array(F.concat(
             F.lit("local controller "), F.col("_leader").cast("string"), F.lit(" not registered")))).otherwise(
         F.array().cast("array<string>"))
     # the request fails as a whole: the first failing update, feature-name order with metadata.version last
