@@ -137,6 +137,11 @@ def _range_of(features: Column, name: Column) -> Column:
     return F.coalesce(F.get(ranges, 0), F.struct(F.lit(0).alias("min"), F.lit(0).alias("max"), F.lit(False).alias("listed")))
 
 
+def _excludes(rng: Column, level: Column) -> Column:
+    """§7.3: ``level`` lies outside the range ``rng`` (:func:`_range_of`)."""
+    return (level < rng["min"]) | (level > rng["max"])
+
+
 def _range_text(lo: Column, hi: Column) -> Column:
     """§7.3 notation: "N" when min = max, else "A-B"."""
     return F.when(lo == hi, lo.cast("string")).otherwise(F.concat(lo.cast("string"), F.lit("-"), hi.cast("string")))
@@ -328,7 +333,7 @@ def _first_outside(nodes: Column, feature: Column, level: Column) -> Column:
     """struct(id, range) of the first node of ``nodes`` (by id) whose range for ``feature``
     (:func:`_range_of`) excludes ``level``; null if none."""
     ranged = F.transform(nodes, lambda n: F.struct(n["id"].alias("id"), _range_of(n["features"], feature).alias("range")))
-    return F.get(F.filter(ranged, lambda n: (level < n["range"]["min"]) | (level > n["range"]["max"])), 0)
+    return F.get(F.filter(ranged, lambda n: _excludes(n["range"], level)), 0)
 
 
 def _node_fail(bad: Column, label: str) -> Column:
@@ -344,7 +349,7 @@ def _first_failing_voter(voters: Column, controllers: Column, feature: Column, l
                                                   .alias("reg")))
     ranged = F.transform(regs, lambda r: F.struct(r["id"].alias("id"), r["reg"].isNotNull().alias("registered"),
                                                   _range_of(r["reg"]["features"], feature).alias("range")))
-    return F.get(F.filter(ranged, lambda r: ~r["registered"] | (level < r["range"]["min"]) | (level > r["range"]["max"])), 0)
+    return F.get(F.filter(ranged, lambda r: ~r["registered"] | _excludes(r["range"], level)), 0)
 
 
 def _voter_fail(bad: Column) -> Column:
@@ -377,7 +382,7 @@ def check_updates(ctx: DataFrame, losses: DataFrame | None, policy: FeaturesPoli
                      _first_failing_voter(F.col("_voters"), F.col("_controllers"), feat, lvl).alias("_bad_voter"))
     lrng = F.col("_lrange")
     node_msgs = {
-        "_local_msg": F.when(lrng.isNotNull() & ((lvl < lrng["min"]) | (lvl > lrng["max"])), _unsupported(lhead, lrng)),
+        "_local_msg": F.when(lrng.isNotNull() & _excludes(lrng, lvl), _unsupported(lhead, lrng)),
         "_broker_msg": _node_fail(F.col("_bad_broker"), "Broker"),
         "_voter_msg": F.when(F.col("_mv") >= CONTROLLER_REGISTRATION_MV, _voter_fail(F.col("_bad_voter")))}
     local_msg, broker_msg, voter_msg = (F.col(c) for c in node_msgs)
