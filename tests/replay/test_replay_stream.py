@@ -213,11 +213,22 @@ def test_a_stream_started_on_a_backlog_lets_the_batch_replay_catch_up_first(spar
     assert f"(taken up from the replay stored through offset {stored})" in said, said
     assert report.line().startswith(f"replay stream: batch catch-up of {cid}; ")
 
+    # broker samples alone, in micro-batches of one file each and a derive after each: the process's
+    # first derive makes image_snapshots, the later ones leave them (no step changed an image)
+    samples = tiny_generated.lake.read(PROGRESS)
+    for parity in (0, 1):
+        lake.append(PROGRESS, samples.where(F.col("broker_id") % 2 == parity))
+    lines.clear()
+    metrics = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck1"), derive_every=0,
+                         catch_up_records=1, max_files_per_trigger=1, say=lines.append)
+    assert metrics.steps == 0 and metrics.derived == metrics.batches >= 2, lines
+    assert sum(ln.strip().startswith("image_snapshots:") for ln in lines) == 1, lines
+
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
     later = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck1"), derive_every=0,
                        catch_up_records=1, say=_quiet)
     assert later.caught_up == [] and later.whole == 0 and later.steps == 1
-    _assert_same(lake, tiny_batch, [*SILVER_TABLES])
+    _assert_same(lake, tiny_batch, [*SILVER_TABLES, IMAGE_SNAPSHOTS])
 
 
 def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generated, tmp_path) -> None:

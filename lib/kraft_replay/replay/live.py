@@ -148,6 +148,11 @@ def _same(a: Snapshot | None, b: Snapshot | None) -> bool:
     return (a is None) == (b is None) and (a is None or (a.end_offset, a.epoch) == (b.end_offset, b.epoch))
 
 
+def _compact(t: pa.Table, chunks: int = 64) -> pa.Table:
+    """``t`` in one chunk once it has ``chunks`` (a table grown by one chunk per step)."""
+    return t.combine_chunks() if t.column(0).num_chunks >= chunks else t
+
+
 class LiveCluster:
     """One cluster's live replay (see the module docstring). Picklable: it is the stream's state."""
 
@@ -162,7 +167,7 @@ class LiveCluster:
         run.img.rows = {t: [] for t in VERSIONED_TABLES}
         run.img.closed = {t: [] for t in VERSIONED_TABLES}
         bt = run.batch_table
-        self.pending = bt.filter(pc.invert(bt.column("certainly_committed"))).to_pylist()
+        self.pending = bt.filter(pc.invert(bt.column("certainly_committed")))
         run.batch_table = SILVER_TABLES["log_batches"].schema.empty_table()
         self._prune()
 
@@ -217,6 +222,17 @@ class LiveCluster:
         for s in self.run.snaps:
             if s.end_offset <= last + 1 and s.records:
                 s.records = []
+
+    def _newly_committed(self, committed: int) -> pa.Table:
+        """The batches not yet proven committed that ``committed`` now covers, marked so (their
+        ``log_batches`` rows change), taken out of ``pending``."""
+        if isinstance(self.pending, list):  # a state kept as rows by an earlier version
+            self.pending = table_rows("log_batches", self.pending)
+        covered = pc.less_equal(self.pending.column("batch_last_offset"), committed)
+        now = self.pending.filter(covered)
+        self.pending = self.pending.filter(pc.invert(covered))
+        i = now.schema.get_field_index("certainly_committed")
+        return now.set_column(i, now.schema.field(i), pa.array([True] * now.num_rows, pa.bool_()))
 
     def step(self, log: pa.Table | None = None, control: pa.Table | None = None,
              snapshots: pa.Table | None = None) -> Step:
@@ -285,12 +301,9 @@ class LiveCluster:
         committed = below
         for s in snaps:
             committed = max(committed, min(s.end_offset - 1, last))
-        rows = batch_rows(r.cluster_id, batches, committed, r.spans(), r.replay_start).to_pylist()
-        now = [b for b in self.pending if b["batch_last_offset"] <= committed]
-        for b in now:
-            b["certainly_committed"] = True
-        self.pending = [b for b in self.pending if b["batch_last_offset"] > committed]
-        self.pending += [b for b in rows if not b["certainly_committed"]]
+        rows = batch_rows(r.cluster_id, batches, committed, r.spans(), r.replay_start)
+        now = self._newly_committed(committed)
+        self.pending = _compact(pa.concat_tables([self.pending, rows.filter(pc.invert(rows.column("certainly_committed")))]))
         r.below_top, r.top_epoch, r.committed = below, top, committed
         if len(base):
             r.batches += len(base)
@@ -307,8 +320,8 @@ class LiveCluster:
             emitted = fresh + [x for x in closed if id(x) not in seen]
             out[t] = table_rows(t, emitted)
             img.rows[t], img.closed[t] = [], []
-        if rows or now:
-            out["log_batches"] = table_rows("log_batches", now + rows)
+        if rows.num_rows or now.num_rows:
+            out["log_batches"] = pa.concat_tables([now, rows]).sort_by([(c, "ascending") for c in SILVER_TABLES["log_batches"].sort_key])
         if img.anomalies:
             out["replay_anomalies"] = table_rows("replay_anomalies", img.anomalies)
         r.commit = r.commit_row()

@@ -8,8 +8,9 @@ and its steps written by the driver with delta-rs commits and one publish per mi
   version that added it, plus the new ``broker_progress`` samples and ``quorum_status`` captures. The
   rows already there when the query starts come as one marker per cluster and table (:func:`changes`):
   the operator reads them itself.
-* **The operator** (:class:`LiveReplay`): the state is the pickled live replay, the cluster's cache
-  lag (:class:`~kraft_replay.outcomes.live_lag.LiveLag`), per input table the version through which a
+* **The operator** (:class:`LiveReplay`): the state is the pickled live replay (a value of its own,
+  written only when a micro-batch changed it), and beside it the cluster's cache lag
+  (:class:`~kraft_replay.outcomes.live_lag.LiveLag`), per input table the version through which a
   whole replay already read it and the newest version delivered so far. New rows go to
   :meth:`LiveCluster.step`; a cluster seen for the first time, or a step the kernel cannot absorb
   (:class:`~kraft_replay.replay.live.Unabsorbable`), is replayed whole by the sequential rules from
@@ -28,7 +29,8 @@ and its steps written by the driver with delta-rs commits and one publish per mi
   its publish is rolled back by the next one).
 * **Derived tables** (``image_snapshots``, ``broker_applied`` and the outcome tables) stay batch
   DataFrame jobs, run for the clusters touched since their last run every
-  ``derive_every`` seconds and when the query stops.
+  ``derive_every`` seconds and when the query stops; ``image_snapshots`` only for the clusters whose
+  images a step may have changed (:func:`images_changed`).
 """
 
 from __future__ import annotations
@@ -154,16 +156,25 @@ def _versions_so_far(delivered: dict[str, int], read: dict[str, int]) -> dict[st
     return {t: (v if v >= 0 else None) for t, v in at.items()}
 
 
-#: per cluster, the state objects a Python worker kept after its last micro-batch and the token they
-#: were stored with (Spark reuses its Python workers: a storm micro-batch's state unpickles in ~1 s)
-_KEPT: dict[str, tuple[bytes, tuple]] = {}
-_MAGIC = b"KRT1"
+#: per cluster, the state objects a Python worker kept after its last micro-batch and the tokens of the
+#: two state values they were stored as (Spark reuses its Python workers: a storm micro-batch's kernel
+#: unpickles in ~1 s)
+_KEPT: dict[str, tuple[bytes, bytes, tuple]] = {}
+_MAGIC = b"KRT1"   # "live" holding the whole state (an earlier version's checkpoint)
+_MAGIC2 = b"KRT2"  # "live" holding the kernel, "head" the rest and the kernel's token
+_TOKEN = 16
 
 
 class LiveReplay(StatefulProcessor):
     """The stream's stateful operator (see the module docstring), keyed by cluster id. ``lag_bucket``:
     the cache lag's bucket in seconds; ``lag_window``: how far behind the newest sample its state reaches
-    (:class:`~kraft_replay.outcomes.live_lag.LiveLag`)."""
+    (:class:`~kraft_replay.outcomes.live_lag.LiveLag`).
+
+    Its state is two values per cluster: ``live``, the kernel (:class:`~kraft_replay.replay.live.LiveCluster`,
+    written only by a micro-batch that changed it: a storm's medium cluster pickles to 9-14 MB), and
+    ``head``, the rest (the versions a whole replay read and those delivered so far, the cache lag's
+    state) with the token of the ``live`` value it goes with, written by every micro-batch that brings
+    rows. A worker that kept the objects of the store's newest values reads only ``head``."""
 
     def __init__(self, lake_root: str, storage_options: dict[str, str] | None = None, lag_bucket: float = 1.0,
                  lag_window: float = 600.0) -> None:
@@ -172,27 +183,44 @@ class LiveReplay(StatefulProcessor):
         self.lag = {"bucket_s": lag_bucket, "window_s": lag_window}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState("live", StructType([StructField("blob", BinaryType())]))
+        blob = StructType([StructField("blob", BinaryType())])
+        self.state = handle.getValueState("live", blob)
+        self.head = handle.getValueState("head", blob)
 
-    def _held(self, cid: str) -> tuple[bytes | None, tuple | None]:
-        """The store's token and the cluster's state: the objects this Python worker kept after the
-        cluster's last micro-batch when the state store holds what they were kept as (the token), else
-        unpickled from the store (a new worker, or a micro-batch Spark runs again after a failure: the
-        store's older version)."""
+    def _held(self, cid: str) -> tuple[tuple[bytes, bytes] | None, tuple | None]:
+        """The tokens of the store's values and the cluster's state (kernel, versions read, cache lag,
+        versions delivered): the objects this Python worker kept after the cluster's last micro-batch
+        where the store holds what they were kept as (the tokens), else unpickled from the store (a new
+        worker, or a micro-batch Spark runs again after a failure: the store's older values)."""
         kept = _KEPT.pop(cid, None)  # popped: a failure half-way through leaves nothing kept
+        if self.head.exists():
+            hb = self.head.get()[0]
+            n = len(_MAGIC2)
+            tokens = (hb[n:n + _TOKEN], hb[n + _TOKEN:n + 2 * _TOKEN])
+            if kept is not None and kept[0] == tokens[0]:
+                return tokens, kept[2]
+            rest = pickle.loads(hb[n + 2 * _TOKEN:])
+            if kept is not None and kept[1] == tokens[1]:  # the kernel unchanged since: only the rest differs
+                return tokens, (kept[2][0], *rest)
+            lb = self.state.get()[0]
+            if lb[:n + _TOKEN] != _MAGIC2 + tokens[1]:
+                raise RuntimeError(f"cluster {cid}: the state store's kernel is not the one its head was written with")
+            return tokens, (pickle.loads(lb[n + _TOKEN:]), *rest)
         if not self.state.exists():
             return None, None
-        blob = self.state.get()[0]
-        token = blob[:len(_MAGIC) + 16] if blob[:len(_MAGIC)] == _MAGIC else None
-        if kept is not None and token is not None and kept[0] == token:
-            return token, kept[1]
-        return token, pickle.loads(blob[len(_MAGIC) + 16:] if token is not None else blob)
+        blob = self.state.get()[0]  # an earlier version's checkpoint: the whole state in ``live``
+        return None, pickle.loads(blob[len(_MAGIC) + _TOKEN:] if blob[:len(_MAGIC)] == _MAGIC else blob)
 
-    def _keep(self, cid: str, held: tuple) -> None:
-        """Write the cluster's state to the store, prefixed with a new token, and keep the objects."""
-        token = _MAGIC + uuid.uuid4().bytes
-        self.state.update((token + pickle.dumps(held, protocol=pickle.HIGHEST_PROTOCOL),))
-        _KEPT[cid] = (token, held)
+    def _keep(self, cid: str, held: tuple, tokens: tuple[bytes, bytes] | None, kernel_changed: bool) -> None:
+        """Write the cluster's state to the store (the kernel only when ``kernel_changed`` or not yet
+        written as its own value), each value prefixed with a new token, and keep the objects."""
+        live_token = tokens[1] if tokens is not None and not kernel_changed else None
+        if live_token is None:
+            live_token = uuid.uuid4().bytes
+            self.state.update((_MAGIC2 + live_token + pickle.dumps(held[0], protocol=pickle.HIGHEST_PROTOCOL),))
+        head_token = uuid.uuid4().bytes
+        self.head.update((_MAGIC2 + head_token + live_token + pickle.dumps(held[1:], protocol=pickle.HIGHEST_PROTOCOL),))
+        _KEPT[cid] = (head_token, live_token, held)
 
     def _resumed(self, cid: str, tables: list[pa.Table]) -> tuple[LiveCluster, Step] | None:
         """The cluster taken up from the replay stored in the lake (a batch replay's, its
@@ -274,7 +302,8 @@ class LiveReplay(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         cid = key[0]
         pdf = pd.concat(list(rows), ignore_index=True)
-        token, held = self._held(cid)
+        tokens, held = self._held(cid)
+        kernel_changed = False
         # state: the kernel, the versions a whole replay read, the cache lag, the versions delivered so far
         live, read, lag, delivered = [*held, *[None, {}][len(held) - 2:]] if held is not None else (None, {}, None, {})
         got, arrived, unseen = {}, set(), set()
@@ -297,15 +326,17 @@ class LiveReplay(StatefulProcessor):
             # markers come only for the rows there when a query starts, when no state is held yet
             live, lag, step, read = self._whole(cid, delivered, read, f"rows of {', '.join(sorted(unseen))} "
                                                 "delivered as snapshot markers")
+            kernel_changed = True
         elif new or live is None and arrived & set(BRONZE):
             reason = FIRST_ROWS
             if live is not None:
                 try:
                     step = live.step(*(got[t] for t in BRONZE))
-                except Unabsorbable as exc:
+                except Unabsorbable as exc:  # nothing changed
                     reason = str(exc)
             if step is None:
                 live, lag, step, read = self._whole(cid, delivered, read, reason)
+            kernel_changed = True
         if live is not None and not (step is not None and (step.whole or step.lag_whole)) and (step is not None or new_lag):
             # seed 002's cache lag, sample by sample: what the step and the new samples change
             inputs = step.tables if step is not None else {}
@@ -323,9 +354,9 @@ class LiveReplay(StatefulProcessor):
                 step.tables[CACHE_LAG] = rows_lag
                 step.lag_whole = True
         if arrived:
-            self._keep(cid, (live, read, lag, delivered))
-        elif held is not None:
-            _KEPT[cid] = (token, held)
+            self._keep(cid, (live, read, lag, delivered), tokens, kernel_changed)
+        elif held is not None and tokens is not None:
+            _KEPT[cid] = (*tokens, held)
         out: list[dict[str, Any]] = []
         if step is not None:
             kind = "whole" if step.whole else "step"
@@ -531,10 +562,20 @@ class LiveReport:
                 f"seconds per batch p50 {s[len(s) // 2]:.2f}, max {s[-1]:.2f}")
 
 
+def images_changed(steps: Sequence[Step]) -> set[str]:
+    """The clusters whose ``image_snapshots`` ``steps`` may have changed. An image is the image at a
+    metadata.version change (or at an offset asked for); a step that is not whole adds versions only
+    past the last offset replayed and closes older ones there, so the images at earlier offsets stand
+    unless it changed ``features`` (a metadata.version change may be among them) or replayed the
+    cluster whole."""
+    return {s.cluster_id for s in steps if s.whole or "features" in s.tables}
+
+
 def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: LiveReport,  # noqa: ANN001
-                pending: set[str], say: Callable[[str], None]) -> None:
+                pending: set[str], say: Callable[[str], None], images: set[str] | None = None) -> None:
     """The sink of one micro-batch: the operator's output as Arrow (one Spark job), written by
-    :func:`write_steps`; the touched clusters join ``pending`` (their derived tables are due)."""
+    :func:`write_steps`; the touched clusters join ``pending`` (their derived tables are due), and
+    those whose images the steps may have changed join ``images`` (:func:`images_changed`)."""
     t0 = time.time()
     rows = batch.toArrow()
     if rows.num_rows == 0:
@@ -545,6 +586,8 @@ def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: Li
     published = write_steps(lake, steps, run_id)
     pending.update(s.cluster_id for s in steps)
     pending.update(metrics)
+    if images is not None:
+        images.update(images_changed(steps))
     report.batches += 1
     report.steps += sum(1 for s in steps if s.whole or "log_commit" in s.tables)
     report.lag_buckets += sum(s.tables[CACHE_LAG].num_rows for s in steps if CACHE_LAG in s.tables)

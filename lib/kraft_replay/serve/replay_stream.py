@@ -32,11 +32,12 @@ def default_checkpoint(lake_root: str, cluster_id: str | None) -> str:
 
 
 def derive(spark: SparkSession, lake, clusters: Sequence[str], *,  # noqa: ANN001 - a Lake
-           image_at: Sequence[int] = (), say: Callable[[str], None] = print) -> None:
+           image_at: Sequence[int] = (), say: Callable[[str], None] = print,
+           images: Sequence[str] | None = None) -> None:
     """The derived tables of ``clusters`` from the lake's silver tables, as the batch jobs write them:
-    ``image_snapshots``, ``broker_applied`` (with broker metrics), the outcome tables (with client
-    requests). ``cache_lag`` is not among them: the stream's operator keeps it current
-    (:mod:`kraft_replay.outcomes.live_lag`)."""
+    ``image_snapshots`` (of the clusters in ``images``; None: of all), ``broker_applied`` (with broker
+    metrics), the outcome tables (with client requests). ``cache_lag`` is not among them: the stream's
+    operator keeps it current (:mod:`kraft_replay.outcomes.live_lag`)."""
     import uuid
 
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -47,18 +48,21 @@ def derive(spark: SparkSession, lake, clusters: Sequence[str], *,  # noqa: ANN00
     from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, VERSIONED_TABLES
 
     clusters = sorted(set(clusters))
-    where = cluster_where(clusters)
-    pairs = [(c, o) for c in clusters for o in sorted(set(image_at))]
-    requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long") if pairs else None
-    versions = {t: lake.read(t, where=where) for t in VERSIONED_TABLES}
+    imaged = clusters if images is None else sorted(set(images) & set(clusters))
+    where, at = cluster_where(clusters), cluster_where(imaged) if imaged else None
     metrics = [lake.read(PROGRESS, where=where)] if lake.exists(PROGRESS) else []
-    with sized_by(spark, [versions["partitions"], *metrics]):  # what the batch replay's sized run does
-        snaps = image_snapshots(versions, requested)
-        r = lake.replace_published(IMAGE_SNAPSHOTS, snaps, where, "images-" + uuid.uuid4().hex[:12],
-                                   schema=from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
-        say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version})")
+    versions = {t: lake.read(t, where=at) for t in VERSIONED_TABLES} if imaged else {}
+    with sized_by(spark, ([versions["partitions"]] if imaged else []) + metrics):  # what the batch replay's sized run does
+        if imaged:
+            pairs = [(c, o) for c in imaged for o in sorted(set(image_at))]
+            requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long") if pairs else None
+            snaps = image_snapshots(versions, requested)
+            r = lake.replace_published(IMAGE_SNAPSHOTS, snaps, at, "images-" + uuid.uuid4().hex[:12],
+                                       schema=from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
+            say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version})")
         run_broker_applied(spark, lake, clusters, say=say)
     write_outcomes(spark, lake, clusters, say=say)
+
 
 
 #: a cluster with at least this many bronze log records not in a stored batch replay, when a stream
@@ -158,6 +162,11 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
         report.caught_up = catch_up(spark, lake, cluster_id=cluster_id, min_records=catch_up_records, say=say)
     trig = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds:g} seconds"}
     pending: set[str] = set()
+    # image_snapshots are derived again only for the clusters whose images a step may have changed, and
+    # once for each cluster the process has not derived yet (or always, with images asked for by offset:
+    # one past the log's end is the image at its end)
+    images: set[str] = set()
+    imaged: set[str] = set()
     last_derive = [time.monotonic()]
     query_id: list[str] = []
     # the derived tables are Spark batch jobs: beside the stream (a thread of their own, on a Lake object
@@ -174,10 +183,11 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     worker: list[threading.Thread] = []
     failed: list[BaseException] = []
 
-    def run_derive(clusters: list[str]) -> None:
+    def run_derive(clusters: list[str], due_images: list[str]) -> None:
         t0 = time.time()
         try:
-            derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()))
+            derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()),
+                   images=due_images)
         except BaseException as exc:  # noqa: BLE001 - raised in the stream's thread (due)
             failed.append(exc)
             return
@@ -194,20 +204,24 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
             raise failed.pop()
         if pending and (force or time.monotonic() - last_derive[0] >= derive_every):
             clusters = sorted(pending)
+            due_images = [c for c in clusters if c in images or c not in imaged or image_at]
             pending.clear()
+            images.difference_update(clusters)
+            imaged.update(clusters)
             last_derive[0] = time.monotonic()
             if force or derive_every == 0:
-                run_derive(clusters)
+                run_derive(clusters, due_images)
                 if failed:
                     raise failed.pop()
             else:
-                worker[:] = [threading.Thread(target=run_derive, args=(clusters,), name="kraft-replay-derive", daemon=True)]
+                worker[:] = [threading.Thread(target=run_derive, args=(clusters, due_images), name="kraft-replay-derive",
+                                              daemon=True)]
                 worker[0].start()
 
     def sink(batch, batch_id: int) -> None:  # noqa: ANN001 - a DataFrame
         if not query_id:
             query_id.append(sink_app_id(ckpt, "live").rsplit("-", 1)[-1])
-        micro_batch(sink_lake, batch, batch_id, query_id[0], report, pending, say)
+        micro_batch(sink_lake, batch, batch_id, query_id[0], report, pending, say, images)
         due()
 
     # one task reads a micro-batch's new files, one holds the state: each micro-batch is a few hundred

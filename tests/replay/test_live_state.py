@@ -1,0 +1,185 @@
+"""The live replay's state in the state store (``LiveReplay``, no Spark: the operator driven with a
+state handle kept in a dict): the kernel is written only by a micro-batch that changed it, the rest at
+every micro-batch that brings rows; a worker that kept the store's newest objects reads only the small
+value; a new worker, a micro-batch run again after a failure (the store's older values while the
+worker kept newer objects) and a checkpoint of the earlier layout (the whole state in one value) give
+the same rows as the worker that kept everything."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bronze_builder import BronzeLog, change, config, mv  # noqa: E402
+from replay_scenarios import T1, base_cluster  # noqa: E402
+
+import kraft_replay.replay.live_stream as ls  # noqa: E402
+from kraft_replay.ingest.schemas import BROKER_PROGRESS_SCHEMA  # noqa: E402
+from kraft_replay.ingest.tables import BRONZE_TABLES, METRICS_BRONZE_TABLES, ensure_bronze_tables  # noqa: E402
+from kraft_replay.lake import Lake  # noqa: E402
+
+CID = "stateful"
+
+
+class _Value:
+    def __init__(self, store: dict, name: str) -> None:
+        self.store, self.name = store, name
+
+    def exists(self) -> bool:
+        return self.name in self.store
+
+    def get(self) -> tuple:
+        return self.store[self.name]
+
+    def update(self, value: tuple) -> None:
+        self.store[self.name] = value
+        self.store.setdefault("_writes", []).append(self.name)
+
+
+class _Handle:
+    """What the operator asks of Spark's handle: value states, kept in ``store`` by name."""
+
+    def __init__(self, store: dict) -> None:
+        self.store = store
+
+    def getValueState(self, name: str, schema) -> _Value:  # noqa: N802, ANN001 - Spark's name
+        return _Value(self.store, name)
+
+
+def _rows(table: str, t: pa.Table, version: int) -> pd.DataFrame:
+    t = t.append_column(ls.SOURCE, pa.array([table] * t.num_rows)).append_column(
+        ls.VERSION, pa.array([version] * t.num_rows, pa.int64())).append_column(ls.MARKER, pa.array([False] * t.num_rows))
+    return t.to_pandas()
+
+
+def _samples(broker_offsets: list[tuple[int, int]], at: datetime) -> pa.Table:
+    return pa.table({"cluster_id": [CID] * len(broker_offsets), "broker_id": [b for b, _ in broker_offsets],
+                     "observed_at": [at] * len(broker_offsets), "applied_offset": [o for _, o in broker_offsets],
+                     "applied_record_time": [at] * len(broker_offsets)}, schema=BROKER_PROGRESS_SCHEMA)
+
+
+@pytest.fixture()
+def batches(tmp_path) -> tuple[str, list[list[pd.DataFrame]]]:
+    """A lake with the cluster's bronze and the micro-batches that deliver it: the first rows; broker
+    samples alone; more log rows (a config, an ISR change); samples alone again; a metadata.version change."""
+    b = BronzeLog(CID)
+    base_cluster(b)
+    cut1 = b.offset
+    b.batch(config(2, "orders", "retention.ms", "1000"), change(T1, 0, isr=[1, 2]))
+    cut2 = b.offset
+    b.batch(mv(14))
+    log, ctl, snap = b.tables()
+    lake = Lake(str(tmp_path / "lake"), None, backend="deltars")
+    ensure_bronze_tables(lake, [*BRONZE_TABLES.values(), METRICS_BRONZE_TABLES["broker_progress"]])
+    t0 = datetime(2025, 6, 1, tzinfo=timezone.utc)
+    out: list[list[pd.DataFrame]] = []
+    for lo, hi in ((0, cut1), (None, None), (cut1, cut2), (None, None), (cut2, b.offset)):
+        if lo is None:
+            s = _samples([(1, len(out)), (2, len(out))], t0 + timedelta(seconds=len(out)))
+            out.append([_rows("broker_progress", s, lake.append_arrow("broker_progress", s).version)])
+            continue
+        part = log.filter(pa.compute.and_(pa.compute.greater_equal(log.column("offset"), lo),
+                                          pa.compute.less(log.column("offset"), hi)))
+        out.append([_rows("metadata_log", part, lake.append_arrow("metadata_log", part).version)])
+    assert not ctl.num_rows and not snap.num_rows
+    return lake.root, out
+
+
+def _run(root: str, batches: list[list[pd.DataFrame]], store: dict, forget: bool = False) -> list[dict]:
+    """Each micro-batch through a new operator on ``store`` (``forget``: as a new Python worker, nothing
+    kept); the rows it emitted, decoded."""
+    got = []
+    for frames in batches:
+        if forget:
+            ls._KEPT.clear()
+        op = ls.LiveReplay(root)
+        op.init(_Handle(store))
+        for pdf in op.handleInputRows((CID,), iter(frames), None):
+            for r in pdf.to_dict("records"):
+                got.append({**r, "data": None if r["data"] is None else ls._from_ipc(r["data"]).to_pylist()})
+        got.append("|")
+    return got
+
+
+def test_the_kernel_is_written_only_when_a_step_changed_it(batches) -> None:
+    root, mbs = batches
+    ls._KEPT.clear()
+    store: dict = {}
+    kernels = []
+    for mb in mbs:
+        store["_writes"] = []
+        _run(root, [mb], store)
+        kernels.append(store["live"][0][:len(ls._MAGIC2) + ls._TOKEN])
+        wrote = store["_writes"]
+        metrics_only = all(set(f[ls.SOURCE]) == {"broker_progress"} for f in mb)
+        assert wrote == (["head"] if metrics_only else ["live", "head"]), wrote
+    assert kernels[0] == kernels[1] != kernels[2] == kernels[3] != kernels[4]
+    head = store["head"][0]
+    assert head[:len(ls._MAGIC2)] == ls._MAGIC2 and head[len(ls._MAGIC2) + ls._TOKEN:][:ls._TOKEN] == kernels[-1][-ls._TOKEN:]
+
+
+def test_a_new_worker_and_a_micro_batch_run_again_give_the_same_rows(batches) -> None:
+    root, mbs = batches
+    ls._KEPT.clear()
+    kept = _run(root, mbs, {})
+    assert any(r != "|" and r["kind"] == "whole" for r in kept) and any(r != "|" and r["kind"] == "step" for r in kept)
+    assert _run(root, mbs, {}, forget=True) == kept  # every micro-batch from the store alone
+
+    # each micro-batch run twice: the first run's values dropped (its commit failed), the worker
+    # keeping the objects that run left (newer than the store's)
+    ls._KEPT.clear()
+    store: dict = {}
+    again = []
+    for mb in mbs:
+        before = {k: v for k, v in store.items() if k != "_writes"}
+        _run(root, [mb], store)
+        store.clear()
+        store.update(before)
+        again += _run(root, [mb], store)
+    assert again == kept
+
+
+def test_a_checkpoint_of_the_earlier_layout_is_read_and_rewritten(batches) -> None:
+    root, mbs = batches
+    ls._KEPT.clear()
+    kept = _run(root, mbs, {})
+    split = kept.index("|") + 1
+    ls._KEPT.clear()
+    store: dict = {}
+    _run(root, mbs[:1], store)
+    live = pickle.loads(store["live"][0][len(ls._MAGIC2) + ls._TOKEN:])
+    rest = pickle.loads(store["head"][0][len(ls._MAGIC2) + 2 * ls._TOKEN:])
+    old = {"live": (ls._MAGIC + uuid.uuid4().bytes + pickle.dumps((live, *rest)),)}  # one value, no head
+    ls._KEPT.clear()
+    assert _run(root, mbs[1:], old) == kept[split:]
+    assert old["live"][0][:len(ls._MAGIC2)] == ls._MAGIC2 and "head" in old
+
+
+def test_images_are_derived_again_only_after_a_whole_replay_or_a_features_change(batches) -> None:
+    """``images_changed``: the steps of the micro-batches above — the first rows (replayed whole), broker
+    samples alone, a config and an ISR change (no image changes), a metadata.version change — and a
+    step of another cluster that changed ``features``."""
+    root, mbs = batches
+    ls._KEPT.clear()
+    store: dict = {}
+    due = []
+    for mb in mbs:
+        op = ls.LiveReplay(root)
+        op.init(_Handle(store))
+        rows = pa.concat_tables(pa.Table.from_pandas(pdf, preserve_index=False)
+                                for pdf in op.handleInputRows((CID,), iter(mb), None))
+        steps, _metrics = ls.steps_of(rows)
+        due.append(ls.images_changed(steps))
+    assert due == [{CID}, set(), set(), set(), {CID}]
+    other = ls.Step("other", False, {"features": pa.table({"x": [1]}), "log_commit": pa.table({"x": [1]})})
+    assert ls.images_changed([other, ls.Step("third", False, {"partitions": pa.table({"x": [1]})})]) == {"other"}
