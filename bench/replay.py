@@ -108,15 +108,23 @@ def _role(pid: int) -> str:
     line = b" ".join(cmd)
     if b"pyspark.daemon" in line or b"pyspark.worker" in line:
         return "python worker"
+    words = [w.decode(errors="replace") for w in cmd if w]
+    if "kraft_replay.serve.cli" in words or any(w.endswith("/kraft-replay") for w in words):
+        sub = next((w for w in words[1:] if not w.startswith("-") and "/" not in w and w != "kraft_replay.serve.cli"), "?")
+        return f"kraft-replay {sub}"
+    if "-m" in words[:-1]:  # e.g. PySpark's streaming source runner
+        return words[words.index("-m") + 1].rsplit(".", 1)[-1]
     return name
 
 
 class PeakRss:
     """Peak resident memory of this process tree, sampled every 0.5 s: ``peak`` (all of RSS) and
     ``peak_anon`` (anonymous memory only: RSS also counts the pages of files a process maps, e.g.
-    Spark's blocks read back from disk, which are page cache the kernel can reclaim)."""
+    Spark's blocks read back from disk, which are page cache the kernel can reclaim). ``children_only``:
+    this process left out (a bench that only stands in for the world around the processes it measures)."""
 
-    def __init__(self) -> None:
+    def __init__(self, children_only: bool = False) -> None:
+        self.children_only = children_only
         self.peak = 0
         self.peak_anon = 0
         self.at_peak: list[tuple[str, int, int]] = []  # (role, rss, anon) of each process at the peak
@@ -126,6 +134,9 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             rss, anon, each = _tree_rss(os.getpid())
+            if self.children_only:
+                me = next((e for e in each if e[0] == os.getpid()), (0, 0, 0))
+                rss, anon, each = rss - me[1], anon - me[2], [e for e in each if e[0] != os.getpid()]
             if rss > self.peak:
                 self.at_peak = [(_role(p), r, a) for p, r, a in each if r]
             self.peak, self.peak_anon = max(self.peak, rss), max(self.peak_anon, anon)
