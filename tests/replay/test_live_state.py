@@ -150,6 +150,9 @@ def test_a_new_worker_and_a_micro_batch_run_again_give_the_same_rows(batches) ->
 
 
 def test_a_checkpoint_of_the_earlier_layout_is_read_and_rewritten(batches) -> None:
+    """The whole state in ``live`` (magic ``KRT1``, no ``head``) and the kernel's batches not yet
+    proven committed as Python rows, as the earlier version stored them: read, stepped to the same
+    rows, and written in the new layout."""
     root, mbs = batches
     ls._KEPT.clear()
     kept = _run(root, mbs, {})
@@ -158,6 +161,8 @@ def test_a_checkpoint_of_the_earlier_layout_is_read_and_rewritten(batches) -> No
     store: dict = {}
     _run(root, mbs[:1], store)
     live = pickle.loads(store["live"][0][len(ls._MAGIC2) + ls._TOKEN:])
+    assert live.pending.num_rows  # the batches not yet proven committed, kept by the earlier version as rows
+    live.pending = live.pending.to_pylist()
     rest = pickle.loads(store["head"][0][len(ls._MAGIC2) + 2 * ls._TOKEN:])
     old = {"live": (ls._MAGIC + uuid.uuid4().bytes + pickle.dumps((live, *rest)),)}  # one value, no head
     ls._KEPT.clear()
