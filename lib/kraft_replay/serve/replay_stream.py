@@ -64,7 +64,6 @@ def derive(spark: SparkSession, lake, clusters: Sequence[str], *,  # noqa: ANN00
     write_outcomes(spark, lake, clusters, say=say)
 
 
-
 #: a cluster with at least this many bronze log records not in a stored batch replay, when a stream
 #: starts on a new checkpoint, is caught up by the batch replay first (:func:`catch_up`). Measured on the
 #: medium cluster (docs/benchmarks.md, "Stream catch-up"): the stream's own replay in its first
