@@ -48,13 +48,13 @@ def derive(spark: SparkSession, lake, clusters: Sequence[str], *,  # noqa: ANN00
     from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, VERSIONED_TABLES
 
     clusters = sorted(set(clusters))
-    imaged = clusters if images is None else sorted(set(images) & set(clusters))
-    where, at = cluster_where(clusters), cluster_where(imaged) if imaged else None
+    to_image = clusters if images is None else sorted(set(images) & set(clusters))
+    where, at = cluster_where(clusters), cluster_where(to_image) if to_image else None
     metrics = [lake.read(PROGRESS, where=where)] if lake.exists(PROGRESS) else []
-    versions = {t: lake.read(t, where=at) for t in VERSIONED_TABLES} if imaged else {}
-    with sized_by(spark, ([versions["partitions"]] if imaged else []) + metrics):  # what the batch replay's sized run does
-        if imaged:
-            pairs = [(c, o) for c in imaged for o in sorted(set(image_at))]
+    versions = {t: lake.read(t, where=at) for t in VERSIONED_TABLES} if to_image else {}
+    with sized_by(spark, ([versions["partitions"]] if to_image else []) + metrics):  # what the batch replay's sized run does
+        if to_image:
+            pairs = [(c, o) for c in to_image for o in sorted(set(image_at))]
             requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long") if pairs else None
             snaps = image_snapshots(versions, requested)
             r = lake.replace_published(IMAGE_SNAPSHOTS, snaps, at, "images-" + uuid.uuid4().hex[:12],
