@@ -1,13 +1,13 @@
 """Shared fixtures: one SparkSession for the whole test session, tmp lakes, the reference dir, and the
-``tiny`` scenario generated once, end to end through the CLI (``kraft-replay generate --scenario tiny
---lake DIR --segments-out DIR`` as a subprocess), into a temporary lake the tests open in-process."""
+``tiny`` scenario generated once, end to end through the CLI's entry point (``kraft-replay --profile test
+generate --scenario tiny --lake DIR --segments-out DIR --json``, run in the worker on its session: the
+command as a process is what the README's quick start runs), into a temporary lake the tests open."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,14 +71,21 @@ class Generated:
     segments_dir: Path
     cluster_id: str
     lake_dir: Path
-    process: subprocess.CompletedProcess
+    process: subprocess.CompletedProcess  # the command's argv, exit code, stdout and stderr
 
 
-def run_generate_cli(*args: str) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("kraft-replay")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "kraft_replay.serve.cli"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
-    return subprocess.run([*cmd, "generate", *args], capture_output=True, text=True, env=env, timeout=1200, cwd=ROOT)
+def run_cli_here(argv: list[str]) -> subprocess.CompletedProcess:
+    """``kraft-replay ARGV`` through the CLI's ``main`` in this process (its SparkSession: no JVM to start),
+    with what it printed on stdout and stderr."""
+    import contextlib
+    import io
+
+    from kraft_replay.serve.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return subprocess.CompletedProcess(["kraft-replay", *argv], code, out.getvalue(), err.getvalue())
 
 
 def shared_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:  # noqa: ANN001
@@ -117,15 +124,15 @@ def private_copy(tmp_path_factory, source: Path, name: str) -> Path:  # noqa: AN
 
 @pytest.fixture(scope="session")
 def tiny_generated(spark, tmp_path_factory) -> Generated:
-    """The ``tiny`` scenario generated once for the test run by ``kraft-replay generate`` (a subprocess):
-    its lake (read only) and its segment files."""
+    """The ``tiny`` scenario generated once for the test run by ``kraft-replay generate`` (the CLI's
+    entry point, in the worker that builds it first): its lake (read only) and its segment files."""
     from kraft_replay.generate.plan import build_plan
     from kraft_replay.generate.scenario import load_scenario
     from kraft_replay.lake import Lake
 
     def build(root: Path) -> dict:
-        proc = run_generate_cli("--scenario", "tiny", "--lake", str(root / "lake"), "--segments-out",
-                                str(root / "segments"), "--json")
+        proc = run_cli_here(["--profile", "test", "generate", "--scenario", "tiny", "--lake", str(root / "lake"),
+                             "--segments-out", str(root / "segments"), "--json"])
         assert proc.returncode == 0, f"kraft-replay generate failed ({proc.returncode}): {proc.stderr[-3000:]}"
         doc = json.loads(proc.stdout)  # --json: the summary is the only thing on stdout
         assert (doc["scenario"], doc["lake"], len(doc["segment_files"])) == ("tiny", str(root / "lake"), 9), doc
@@ -178,25 +185,21 @@ def gold_tiny_run(spark, tiny_generated, tmp_path_factory) -> GoldRun:
     run: the outcomes by ``kraft-replay outcomes`` (default policy; its stdout kept) and ``cache_lag``
     (1 s buckets). Read only (tests that rewrite gold tables with other settings use
     ``replayed_tiny``)."""
-    import contextlib
-    import io
     import shutil
 
     from kraft_replay.lake import Lake
     from kraft_replay.outcomes.cache_lag import write_cache_lag
-    from kraft_replay.serve.cli import main
 
     master = _replayed_tiny_master(spark, tiny_generated, tmp_path_factory)
 
     def build(root: Path) -> dict:
         shutil.copytree(master, root / "lake")
         lake = Lake(str(root / "lake"), spark, backend="deltars")
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            assert main(["--profile", "test", "outcomes", "--lake", lake.root]) == 0
+        proc = run_cli_here(["--profile", "test", "outcomes", "--lake", lake.root])
+        assert proc.returncode == 0, proc.stderr[-3000:]
         clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
         write_cache_lag(lake, clusters, say=lambda _: None)
-        return {"outcomes_stdout": out.getvalue()}
+        return {"outcomes_stdout": proc.stdout}
 
     root, made = shared_once(tmp_path_factory, "gold-tiny", build)
     return GoldRun(Lake(str(root / "lake"), spark, backend="deltars"), made["outcomes_stdout"])

@@ -104,15 +104,16 @@ def test_legacy_scenario_log(legacy_log) -> None:
 
 
 def test_cli_generates_tiny_end_to_end(tiny_generated) -> None:
-    """`kraft-replay generate --scenario tiny --lake DIR --segments-out DIR --json` ran as a subprocess
-    (the session fixture every generator test reads): exit 0, progress printed on stderr, every table
-    present with the row count the CLI's JSON summary reported, segment files written."""
+    """`kraft-replay --profile test generate --scenario tiny --lake DIR --segments-out DIR --json` through
+    the CLI's entry point (the session fixture every generator test reads): exit 0, progress printed on
+    stderr and the JSON summary alone on stdout, every table present with the row count the summary
+    reported, segment files written."""
     from deltalake import DeltaTable
 
     from kraft_replay.generate.runner import TABLES
 
     proc = tiny_generated.process
-    assert proc.returncode == 0
+    assert proc.returncode == 0 and proc.args[:3] == ["kraft-replay", "--profile", "test"]
     assert "wrote metadata_log" in proc.stderr and proc.stdout.lstrip().startswith("{")
     assert set(tiny_generated.result.rows) == set(TABLES)
     for name in TABLES:
