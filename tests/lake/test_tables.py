@@ -311,3 +311,37 @@ def test_read_arrow_gives_the_rows_spark_reads_at_the_same_version(spark, lake, 
     with pytest.raises(InvalidArgumentError, match="partition column") as e:
         lake.read_arrow(events_table, ["id"], partitions=[("id", "=", 3)])
     assert "\n" not in str(e.value)
+
+
+def test_a_small_runs_rows_are_written_from_the_driver_as_sparks_writer_lays_them_out(spark, lake, events_table, tmp_path):
+    """Inside a small run (``spark.sized_run`` of few rows) the embedded backend brings a frame's rows to
+    the driver as Arrow and writes the files itself: the table holds the rows Spark's file writer
+    writes for the same frame, in the same partition directories (a null partition value included),
+    at most ``target_file_rows`` rows a file, with the same footer statistics."""
+    from kraft_replay.spark import sized_run
+
+    nulls = spark.createDataFrame([(10_000, None, None, None)], EVENTS)
+    df = events(spark, 0, 3000, slices=1).unionByName(nulls)
+    lake.append(events_table, df)  # Spark's writer: a session outside a small run
+    driver = Lake(str(tmp_path / "driver"), spark, backend="deltars", target_file_rows=500)
+    driver.create_table(events_table, EVENTS, partition_by=["part"])
+    with sized_run(spark, 10):
+        res = driver.append(events_table, df)
+    assert res.rows == 3001
+    assert_df_equality(driver.read(events_table), lake.read(events_table), ignore_row_order=True)
+
+    def layout(lk: Lake) -> list[tuple]:
+        files = lk._impl.snapshot(events_table).files
+        return sorted(((tuple(sorted(f.partition_values.items())), f.num_records) for f in files), key=repr)
+
+    def stats(lk: Lake) -> list[tuple]:
+        add = pa.table(lk._impl.snapshot(events_table).table.get_add_actions(flatten=True)).to_pydict()
+        return sorted(zip(add["partition.part"], add["num_records"], add["min.id"], add["max.id"], add["null_count.name"]),
+                      key=repr)
+
+    assert layout(driver) == layout(lake) and ((("part", None),), 1) in layout(driver)
+    assert stats(driver) == stats(lake)
+    driver_files = [f.path.rsplit("/", 1)[-1] for f in driver._impl.snapshot(events_table).files]
+    spark_files = [f.path.rsplit("/", 1)[-1] for f in lake._impl.snapshot(events_table).files]
+    assert all(n.startswith("part-driver-") for n in driver_files), driver_files  # no Spark writer job
+    assert not any(n.startswith("part-driver-") for n in spark_files), spark_files

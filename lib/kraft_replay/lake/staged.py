@@ -86,9 +86,10 @@ def arrow_schema_of(schema: StructType) -> pa.Schema:
 
 
 def make_staged(name: str, location: _files.Location, schema: StructType, partition_by: list[str],
-                target_file_rows: int) -> StagedWrite:
-    """A fresh :class:`StagedWrite` for table ``name`` at ``location`` (:func:`new_staging` creates the directory)."""
-    staging = _files.new_staging_dir()
+                target_file_rows: int, staging: str | None = None) -> StagedWrite:
+    """A :class:`StagedWrite` for table ``name`` at ``location`` into the staging directory ``staging``
+    (None: a fresh one; :func:`new_staging` creates the directory)."""
+    staging = staging or _files.new_staging_dir()
     child = location.child(staging)
     if isinstance(location.fs, pafs.LocalFileSystem):
         fs_uri = "file://" + child.fs_path

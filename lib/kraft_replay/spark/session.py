@@ -499,6 +499,13 @@ SMALL_RUN_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.fa
                   "spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 
 
+def in_small_run(spark) -> bool:  # noqa: ANN001 - a SparkSession
+    """Whether ``spark`` runs with :data:`SMALL_RUN_CONF` now (inside :func:`sized_run` of few rows):
+    its frames are small enough to be held whole in one partition, or on the driver."""
+    conf = spark.conf
+    return all(conf.get(k, None) == v for k, v in SMALL_RUN_CONF.items())
+
+
 def small_run_conf(rows: int) -> dict[str, str]:
     """The SQL settings for a job reading ``rows`` rows: :data:`SMALL_RUN_CONF` below
     :data:`SMALL_RUN_ROWS`, else none (a copy: the caller may change it)."""
@@ -536,8 +543,7 @@ def lineage_cut(df, eager: bool = False):  # noqa: ANN001, ANN201 - a DataFrame
     every stage that reads it, each task deserialising that stage's plan (a tiny whole replay: 415
     tasks in 195 stages, then 154 in 109; docs/benchmarks.md "Test suite"). Not for a
     profile that merely sets one shuffle partition: its frames may be large."""
-    conf = df.sparkSession.conf
-    if all(conf.get(k, None) == v for k, v in SMALL_RUN_CONF.items()):
+    if in_small_run(df.sparkSession):
         df = df.coalesce(1)
     return df.localCheckpoint(eager=eager).toDF(*df.columns)
 
