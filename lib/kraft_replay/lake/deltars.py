@@ -362,7 +362,7 @@ class DeltaRsBackend:
         _files.create_staging_dir(name, loc, staging)
         try:
             if in_small_run(df.sparkSession):
-                self._stage_on_driver(name, snap, df, staging)
+                self._stage_on_driver(name, loc, snap, df, staging)
             else:
                 writer = (df.write.mode("append")  # into the fresh, empty staging dir made above
                           .option("maxRecordsPerFile", self.target_file_rows)
@@ -461,7 +461,7 @@ class DeltaRsBackend:
                 _files.delete_staging(loc, st)
             raise
 
-    def _stage_on_driver(self, name: str, snap: Snapshot, df: DataFrame, staging: str) -> None:
+    def _stage_on_driver(self, name: str, loc: _files.Location, snap: Snapshot, df: DataFrame, staging: str) -> None:
         """The rows of a small run's ``df`` (:func:`kraft_replay.spark.session.in_small_run`: it read a
         few thousand rows) brought to the driver as Arrow and written into ``staging`` as a worker of
         a staged write writes them (Hive-partitioned zstd Parquet, at most ``target_file_rows`` rows a
@@ -469,7 +469,7 @@ class DeltaRsBackend:
         around it, ~2.5x the time on such frames (docs/benchmarks.md, "Test suite")."""
         from kraft_replay.lake import staged as _staged
 
-        info = _staged.make_staged(name, self.location(name), snap.schema, list(snap.partition_by),
+        info = _staged.make_staged(name, loc, snap.schema, list(snap.partition_by),
                                    self.target_file_rows, staging=staging)
         _staged.write_staged_arrow(info, df.toArrow(), part_id="driver")
 
