@@ -3,7 +3,7 @@ Spark, and the sequential replay (``kraft_replay.replay.sequential``, the peer) 
 tables from the same rows, in the same run.
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/replay.py [--scenario medium] [--cut 1000000]
-        [--no-sequential] [--driver-memory 8g] [--data-dir DIR] [--copy-files]
+        [--no-sequential] [--driver-memory 8g] [--data-dir DIR] [--copy-files] [--cli]
 
 The Spark replay runs in a child process (its JVM is gone before the sequential replay runs: at 10M
 records the sequential replay's own tables take most of the machine's memory; it writes its closed
@@ -16,6 +16,11 @@ table computed and written to a fresh lake, as ``kraft-replay replay`` does), re
 the process tree (driver JVM + Python workers, sampled from /proc), the sequential replay's wall time
 on the same rows and the ratio. Speed is measured here, never asserted in tests. Targets (issue 49):
 10M in <= 90 s and >= 10x the sequential replay; 100M records (``large``) in < 10 min with peak RSS < 8 GiB.
+
+``--cli`` also times ``kraft-replay replay`` as users run it: a cold CLI process with the profile's own
+driver memory on a copy of the whole bronze lake (``broker_progress`` too, so ``broker_applied`` and
+``cache_lag`` are written after the silver tables), each of its progress lines stamped with the seconds
+since the process started, and its peak RSS. The targets hold for this figure too.
 """
 
 from __future__ import annotations
@@ -218,6 +223,30 @@ def child_result(cmd: list[str]) -> dict | None:
     return result
 
 
+def cli_phase(args: argparse.Namespace, src: Path) -> tuple[float, PeakRss]:
+    """``kraft-replay replay`` on a copy of the whole bronze lake ``src``, as users run it (its own
+    process, ``--profile``'s driver memory); echoes its lines stamped with the seconds since it started.
+    Returns the wall time and the peak RSS of its process tree."""
+    root = Path(tempfile.mkdtemp(prefix="kraft-bench-cli-"))
+    try:
+        shutil.copytree(src, root / "lake")
+        cmd = [sys.executable, "-m", "kraft_replay.serve.cli", "--profile", args.profile, "replay", "--lake", str(root / "lake")]
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}
+        with PeakRss() as rss:
+            t = time.perf_counter()
+            child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+            assert child.stdout is not None
+            for line in child.stdout:
+                print(f"  [cli {time.perf_counter() - t:6.1f} s] {line.rstrip()}", flush=True)
+            rc = child.wait()
+            wall = time.perf_counter() - t
+        if rc != 0:
+            raise SystemExit(f"kraft-replay replay failed (exit {rc})")
+        return wall, rss
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # the sequential replay's closed versions go to an Arrow file every this many version dicts of a table: at
 # 10M records its versions as Python dicts alone would not fit in 24 GiB (kraft_replay.replay.sequential)
 SPILL_ROWS = 500_000
@@ -234,10 +263,15 @@ def main() -> int:
     ap.add_argument("--copy-files", action="store_true",
                     help="copy the tables' files as generated (partitioned by offset bucket too) instead of "
                          "rewriting them with Spark by cluster (~2 min at 10M, ~20 min at 100M); not with --cut")
+    ap.add_argument("--cli", action="store_true",
+                    help="also time `kraft-replay replay` as users run it (a cold process, the profile's driver memory, "
+                         "the whole bronze lake: broker_applied and cache_lag too)")
     ap.add_argument("--spark-phase", type=Path, default=None, help=argparse.SUPPRESS)  # internal: the child
     args = ap.parse_args()
     if args.copy_files and args.cut:
         ap.error("--copy-files copies whole tables: not with --cut")
+    if args.cli and args.cut:
+        ap.error("--cli replays the whole bronze lake: not with --cut")
     args.data_dir.mkdir(parents=True, exist_ok=True)
     src = bronze_lake(args.data_dir, args.scenario)
     if args.spark_phase is not None:
@@ -254,6 +288,10 @@ def main() -> int:
               f"(anonymous memory alone: {result['rss_anon'] / 2**30:.2f} GiB)")
         print("  at the peak: " + ", ".join(f"{role} {r / 2**30:.2f} GiB ({a / 2**30:.2f} anonymous)"
                                            for role, r, a in sorted(result["at_peak"], key=lambda x: -x[1])))
+        if args.cli:
+            wall, cli_rss = cli_phase(args, src)
+            print(f"cli: kraft-replay replay (profile {args.profile}) {wall:.1f}s, {records / wall:,.0f} records/s, "
+                  f"peak RSS {cli_rss.peak / 2**30:.2f} GiB")
         if not args.no_sequential:
             from deltalake import DeltaTable
 

@@ -40,6 +40,44 @@ def test_buckets_aggregate_the_samples(spark, lake) -> None:
     assert one.count() > 0 and bad.count() == 0
 
 
+def test_buckets_equal_sparks_own_aggregate_on_random_samples(spark) -> None:
+    """The buckets' kernel against Spark's aggregate of the same samples (``percentile_approx``, exact
+    below its accuracy in values, and ``max_by`` for the last sample): buckets of 1 to 40 samples of
+    two clusters' brokers, ties in the lags, null ``fenced``, and more tasks than buckets' keys."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    rng = random.Random(7)
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = []
+    for cluster in ("clusterA000000000000000", "clusterB000000000000000"):
+        for broker in (1, 2, 3):
+            t = t0
+            for _ in range(rng.randint(20, 40)):  # bursts: up to 40 samples in one 10 s bucket
+                for _ in range(rng.randint(1, 40)):
+                    t += timedelta(milliseconds=rng.randint(1, 250))
+                    rows.append((cluster, broker, t, rng.randint(0, 10**6), rng.randint(0, 10**6), rng.randint(0, 5),
+                                 rng.randint(0, 5) * 100, rng.random() < 0.9, rng.choice([True, False, None]),
+                                 rng.random() < 0.2, rng.randint(0, 3)))
+                t += timedelta(seconds=rng.randint(0, 30))
+    samples = spark.createDataFrame(rows, "cluster_id string, broker_id int, observed_at timestamp, applied_offset long, "
+                                          "log_end_offset long, offset_lag long, time_lag_ms long, registered boolean, "
+                                          "fenced boolean, stalled boolean, image_divergence long")
+    got = cache_lag(samples, bucket_s=10.0, rows=1)  # 1: the shuffle partitions' tasks
+    b = F.timestamp_micros((F.floor(F.unix_micros("observed_at") / 10_000_000) * 10_000_000).cast("long")).alias("bucket_start")
+    last = lambda c: F.max_by(c, "observed_at").alias(c)  # noqa: E731
+    pct = lambda c, p: F.percentile_approx(c, p, 10000).cast("long")  # noqa: E731
+    want = samples.select("*", b).groupBy("cluster_id", "broker_id", "bucket_start").agg(
+        F.count(F.lit(1)).alias("samples"), last("applied_offset"), last("log_end_offset"),
+        pct("offset_lag", 0.5).alias("offset_lag_p50"), pct("offset_lag", 0.99).alias("offset_lag_p99"),
+        F.max("offset_lag").alias("offset_lag_max"), pct("time_lag_ms", 0.5).alias("time_lag_ms_p50"),
+        pct("time_lag_ms", 0.99).alias("time_lag_ms_p99"), F.max("time_lag_ms").alias("time_lag_ms_max"),
+        last("registered"), last("fenced"), F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
+        F.max("image_divergence").alias("image_divergence")).select(*CACHE_LAG_COLUMNS)
+    assert want.where("samples >= 10").count() > 10  # buckets whose percentiles are not their max
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_write_cache_lag_replaces_the_clusters_rows(spark, lake, capsys) -> None:
     from kraft_replay.outcomes.cache_lag import write_cache_lag
     from kraft_replay.serve.cli import main

@@ -24,21 +24,33 @@ Per sample of bronze ``broker_progress`` (:func:`sample_lag`):
   before ``applied_offset`` (one per partition), with an equi-join on offset buckets, never a cross join.
 
 :func:`cache_lag` then groups the samples per broker and time bucket (``bucket_s``, 1 s by default):
-p50 / p99 / max of both lags, the last applied and log-end offsets, and whether any sample stalled.
-As-of lookups by time and by offset are window functions over the union of samples and batches (per
-cluster), so the batch and streaming jobs compute the same thing from the same frames.
+p50 / p99 (the lower percentile, ``sorted[ceil(p·n) − 1]``, exact) / max of both lags, the last applied
+and log-end offsets, and whether any sample stalled.
+The as-of lookups by time and by offset are window functions over the union of samples and batches
+(per cluster and bucket of positions), each adding its columns to the sample rows; the buckets are
+aggregated on Arrow batches (:func:`bucket_lags`: one sort per lag, where Spark's ``percentile_approx``
+kept a quantile sketch per bucket — 7M buckets of one sample at 10M records). The live stream keeps
+the same rules in :mod:`kraft_replay.outcomes.live_lag`; tests hold the two equal.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.outcomes.lookups import _VAL, OFFSETS, _as_of, count_changes, log_end_at
 from kraft_replay.replay.broker_applied import BY_BROKER
-from kraft_replay.spark import sized_by
+from kraft_replay.spark import lineage_cut, sized_by
+from kraft_replay.spark.arrow import codes
 
-__all__ = ["sample_lag", "cache_lag", "write_cache_lag", "committed_end", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS",
+__all__ = ["sample_lag", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag", "committed_end", "CACHE_LAG",
+           "leader_changes", "CACHE_LAG_COLUMNS", "CACHE_LAG_SCHEMA", "TASK_ROWS",
            "STALL_AFTER_S", "BUCKET_OFFSETS"]
 
 STALL_AFTER_S = 2.0  # metadata normally applies within milliseconds: seconds without progress while lagging is a stall
@@ -49,6 +61,16 @@ CACHE_LAG_COLUMNS = [
     "registered", "fenced", "stalled", "image_divergence",
 ]
 _KEY = ["cluster_id", "broker_id"]
+CACHE_LAG_SCHEMA = pa.schema([
+    ("cluster_id", pa.string()), ("broker_id", pa.int32()), ("bucket_start", pa.timestamp("us", tz="UTC")),
+    ("samples", pa.int64()), ("applied_offset", pa.int64()), ("log_end_offset", pa.int64()),
+    ("offset_lag_p50", pa.int64()), ("offset_lag_p99", pa.int64()), ("offset_lag_max", pa.int64()),
+    ("time_lag_ms_p50", pa.int64()), ("time_lag_ms_p99", pa.int64()), ("time_lag_ms_max", pa.int64()),
+    ("registered", pa.bool_()), ("fenced", pa.bool_()), ("stalled", pa.bool_()), ("image_divergence", pa.int64()),
+])
+assert CACHE_LAG_SCHEMA.names == CACHE_LAG_COLUMNS
+#: about this many samples per task of :func:`cache_lag` (a task's samples are in Python memory at once)
+TASK_ROWS = 1_000_000
 
 
 def _us(c: Column) -> Column:
@@ -56,14 +78,13 @@ def _us(c: Column) -> Column:
 
 
 def _next_unapplied(samples: DataFrame, batches: DataFrame) -> DataFrame:
-    """``_next_us``: append time (µs) of the batch holding ``applied_offset + 1`` (the first batch whose
-    last offset is above it): an as-of lookup in negated offsets — the batch with the largest
-    ``-batch_last_offset <= -(applied_offset + 1)`` —, per bucket of offsets."""
+    """``samples`` with ``_next_us``: append time (µs) of the batch holding ``applied_offset + 1`` (the
+    first batch whose last offset is above it): an as-of lookup in negated offsets — the batch with the
+    largest ``-batch_last_offset <= -(applied_offset + 1)`` —, per bucket of offsets."""
     f = batches.select("cluster_id", (-F.col("batch_last_offset")).alias("_neg"),
                        F.struct(_us(F.col("append_time")).alias("t")).alias(_VAL))
-    s = samples.select("cluster_id", "_sid", "applied_offset")
-    j = _as_of(s, f, ["cluster_id"], -(F.col("applied_offset") + 1), "_neg", bucket=OFFSETS)
-    return j.select("cluster_id", "_sid", F.col(_VAL).t.alias("_next_us"))
+    j = _as_of(samples, f, ["cluster_id"], -(F.col("applied_offset") + 1), "_neg", bucket=OFFSETS)
+    return j.select(*samples.columns, F.col(_VAL).t.alias("_next_us"))
 
 
 def leader_changes(partitions: DataFrame) -> DataFrame:
@@ -83,16 +104,17 @@ def leader_changes(partitions: DataFrame) -> DataFrame:
 
 
 def _registration(samples: DataFrame, brokers: DataFrame) -> DataFrame:
-    """``registered`` / ``fenced`` of each sample's broker in the image at its ``log_end_offset``
-    (brokers have few versions: a broadcast range join)."""
+    """``samples`` with ``registered`` / ``fenced``: its broker's registration in the image at its
+    ``log_end_offset`` (brokers have few versions: a broadcast range join, each sample matching one
+    version at most)."""
     v = brokers.select(F.col("cluster_id").alias("_c"), F.col("broker_id").alias("_b"), "valid_from_offset",
                        "valid_to_offset", "deleted", "fenced")
     at = F.col("log_end_offset")
     cond = ((F.col("cluster_id") == F.col("_c")) & (F.col("broker_id") == F.col("_b"))
             & (F.col("valid_from_offset") <= at) & (F.col("valid_to_offset").isNull() | (at < F.col("valid_to_offset"))))
-    j = samples.select("cluster_id", "broker_id", "_sid", "log_end_offset").join(F.broadcast(v), cond, "left")
-    return j.select("cluster_id", "_sid", F.coalesce(~F.col("deleted"), F.lit(False)).alias("registered"),
-                    F.when(~F.col("deleted"), F.col("fenced")).alias("fenced"))
+    j = samples.join(F.broadcast(v.withColumnRenamed("fenced", "_f")), cond, "left")
+    return j.select(*samples.columns, F.coalesce(~F.col("deleted"), F.lit(False)).alias("registered"),
+                    F.when(~F.col("deleted"), F.col("_f")).alias("fenced"))
 
 
 def committed_end(samples: DataFrame, status: DataFrame, batches: DataFrame) -> DataFrame:
@@ -121,18 +143,20 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions;
     ``status``: bronze ``quorum_status`` (its high watermarks make the end the committed end:
     :func:`committed_end`)."""
-    s = progress.select(*_KEY, "observed_at", "applied_offset").dropDuplicates([*_KEY, "observed_at"])
+    # one shuffle: the duplicates' grouping and the window are both per broker (a hash of the broker satisfies both)
+    s = (progress.select(*_KEY, "observed_at", "applied_offset").repartition(*BY_BROKER)
+         .dropDuplicates([*_KEY, "observed_at"]))
     w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
     moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
     s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
     s = s.select(*_KEY, "observed_at", "applied_offset",
                  F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"),
                  F.xxhash64(*_KEY, "observed_at").alias("_sid"))
-    # joins keyed by the sample id first: the sort-merge joins' prefix then tells samples apart
-    ends = log_end_at(s, batches, "observed_at")
+    # each lookup adds its columns to the sample rows (no join back by sample id)
+    s = log_end_at(s, batches, "observed_at")
     if status is not None:
-        ends = committed_end(ends, status, batches)
-    s = ends.join(_next_unapplied(s, batches), ["_sid", "cluster_id"])
+        s = committed_end(s, status, batches)
+    s = _next_unapplied(s, batches)
     offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
     obs = _us(F.col("observed_at"))
     time_lag = F.when((offset_lag > 0) & F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),
@@ -140,7 +164,8 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     stalled = (offset_lag > 0) & ((obs - _us(F.col("applied_since"))) >= F.lit(int(stall_after_s * 1_000_000)))
     s = s.select(*_KEY, "_sid", "observed_at", "applied_offset", "applied_since", "log_end_offset",
                  offset_lag.alias("offset_lag"), time_lag.alias("time_lag_ms"), stalled.alias("stalled"))
-    s = s.join(_registration(s, brokers), ["_sid", "cluster_id"], "left")
+    # computed once: the divergence's count reads the lagging samples, the result every sample
+    s = lineage_cut(_registration(s, brokers))
     div = count_changes(s, leader_changes(partitions), "applied_offset", "log_end_offset", "_sid", "image_divergence",
                         bucket=bucket_offsets)
     s = s.join(div, ["_sid", "cluster_id"], "left")
@@ -149,24 +174,67 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
                     F.coalesce(F.col("image_divergence"), F.lit(0)).cast("long").alias("image_divergence"))
 
 
-def cache_lag(samples: DataFrame, bucket_s: float = 1.0) -> DataFrame:
+def percentile_rank(n, p: float):  # noqa: ANN001, ANN201 - an int or a numpy array of them
+    """The 1-based rank of the lower ``p`` percentile among ``n`` sorted values, ``ceil(p·n)`` (at least
+    1): the smallest value with at least ``p`` of the values at or below it (what ``percentile_approx``
+    gives while it is exact, below its accuracy in values; this is exact at any size)."""
+    return np.maximum(np.ceil(p * np.asarray(n, np.float64)), 1).astype(np.int64)
+
+
+def _ints(t: pa.Table, name: str) -> np.ndarray:
+    """Column ``name`` as int64 (times: µs; null: the smallest value, so nulls group and sort together)."""
+    c = pc.cast(t.column(name), pa.int64())
+    return c.fill_null(np.iinfo(np.int64).min).to_numpy(zero_copy_only=False)
+
+
+def bucket_lags(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Seed 002: one task's sample lags (:func:`sample_lag` rows with ``bucket_start``; every sample of
+    a bucket in this task) -> one :data:`CACHE_LAG_COLUMNS` row per broker and bucket: the sample count,
+    the last sample's offsets and registration, the p50 / p99 (:func:`percentile_rank`) and max of both
+    lags, any stall, the largest image divergence. Whole columns: a sort by (bucket, time) for the
+    last sample, one by (bucket, value) per lag."""
+    got = list(batches)
+    if not got:
+        return
+    t = pa.Table.from_batches(got).combine_chunks()
+    cluster = codes(t.column("cluster_id"))[0]
+    broker, bucket, observed = (_ints(t, c) for c in ("broker_id", "bucket_start", "observed_at"))
+    order = np.lexsort((observed, bucket, broker, cluster))
+    new = np.zeros(len(order), bool)
+    new[:1] = True
+    for k in (cluster, broker, bucket):
+        k = k[order]
+        new[1:] |= k[1:] != k[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:], len(order)] - 1
+    n = last - first + 1
+    group = np.cumsum(new) - 1
+    at_last = pa.array(order[last])
+    out = {c: t.column(c).take(at_last) for c in ("cluster_id", "broker_id", "bucket_start", "applied_offset",
+                                                   "log_end_offset", "registered", "fenced")}
+    out["samples"] = pa.array(n.astype(np.int64))
+    for lag in ("offset_lag", "time_lag_ms"):
+        v = _ints(t, lag)[order]
+        v = v[np.lexsort((v, group))]  # each bucket's values in order, the buckets where they were
+        out[f"{lag}_p50"] = pa.array(v[first + percentile_rank(n, 0.5) - 1])
+        out[f"{lag}_p99"] = pa.array(v[first + percentile_rank(n, 0.99) - 1])
+        out[f"{lag}_max"] = pa.array(v[last])
+    out["stalled"] = pa.array(np.maximum.reduceat(_ints(t, "stalled")[order], first).astype(bool))
+    out["image_divergence"] = pa.array(np.maximum.reduceat(_ints(t, "image_divergence")[order], first))
+    yield from pa.table([out[f.name].cast(f.type) for f in CACHE_LAG_SCHEMA], schema=CACHE_LAG_SCHEMA).to_batches(1 << 16)
+
+
+def cache_lag(samples: DataFrame, bucket_s: float = 1.0, rows: int | None = None) -> DataFrame:
     """Seed 002: the per-sample lags (:func:`sample_lag`) per broker and time bucket of ``bucket_s``
-    seconds: sample count, last applied / log-end offsets, p50 / p99 / max of both lags, the last
-    registration state, any stall, the largest image divergence."""
+    seconds (:func:`bucket_lags`, on Arrow batches: one shuffle by broker and bucket). ``rows``: how
+    many samples, when known (it sizes the tasks, :data:`TASK_ROWS` samples each; else counted)."""
     us = int(bucket_s * 1_000_000)
     b = F.timestamp_micros((F.floor(_us(F.col("observed_at")) / us) * us).cast("long")).alias("bucket_start")
-    s = samples.select("*", b)
-    last = lambda c: F.max_by(c, "observed_at").alias(c)  # noqa: E731
-    pct = lambda c, p: F.percentile_approx(c, p, 10000).cast("long")  # noqa: E731
-    g = s.groupBy(*_KEY, "bucket_start").agg(
-        F.count(F.lit(1)).alias("samples"), last("applied_offset"), last("log_end_offset"),
-        pct("offset_lag", 0.5).alias("offset_lag_p50"), pct("offset_lag", 0.99).alias("offset_lag_p99"),
-        F.max("offset_lag").alias("offset_lag_max"),
-        pct("time_lag_ms", 0.5).alias("time_lag_ms_p50"), pct("time_lag_ms", 0.99).alias("time_lag_ms_p99"),
-        F.max("time_lag_ms").alias("time_lag_ms_max"),
-        last("registered"), last("fenced"), F.max(F.col("stalled").cast("int")).cast("boolean").alias("stalled"),
-        F.max("image_divergence").alias("image_divergence"))
-    return g.select(*CACHE_LAG_COLUMNS)
+    s = samples.select(*_KEY, b, "observed_at", "applied_offset", "log_end_offset", "offset_lag", "time_lag_ms",
+                       "registered", "fenced", "stalled", "image_divergence")
+    n = samples.count() if rows is None else rows
+    tasks = max(int(samples.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-n // TASK_ROWS))
+    return s.repartition(tasks, *BY_BROKER, "bucket_start").mapInArrow(bucket_lags, from_arrow_schema(CACHE_LAG_SCHEMA))
 
 
 CACHE_LAG = "cache_lag"
@@ -193,7 +261,8 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
     with sized_by(progress.sparkSession, (progress, batches)):  # a few thousand samples: no generated code
         samples = sample_lag(progress, batches, brokers, partitions, status=status)
-        out = cache_lag(samples.localCheckpoint(eager=True), bucket_s).localCheckpoint(eager=True)
+        samples = samples.localCheckpoint(eager=True)
+        out = cache_lag(samples, bucket_s, rows=samples.count()).localCheckpoint(eager=True)
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
     return r.rows

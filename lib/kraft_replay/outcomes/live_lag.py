@@ -27,27 +27,18 @@ before anything changes: the caller computes the cluster whole (:meth:`LiveLag.w
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kraft_replay.outcomes.cache_lag import CACHE_LAG_COLUMNS, STALL_AFTER_S
+from kraft_replay.outcomes.cache_lag import CACHE_LAG_COLUMNS, CACHE_LAG_SCHEMA, STALL_AFTER_S, percentile_rank
 
 __all__ = ["LiveLag", "LagUnabsorbable", "CACHE_LAG_SCHEMA", "CACHE_LAG_KEY"]
 
 _TS = pa.timestamp("us", tz="UTC")
 #: the ``cache_lag`` table's columns as the batch job writes them
-CACHE_LAG_SCHEMA = pa.schema([
-    ("cluster_id", pa.string()), ("broker_id", pa.int32()), ("bucket_start", _TS), ("samples", pa.int64()),
-    ("applied_offset", pa.int64()), ("log_end_offset", pa.int64()),
-    ("offset_lag_p50", pa.int64()), ("offset_lag_p99", pa.int64()), ("offset_lag_max", pa.int64()),
-    ("time_lag_ms_p50", pa.int64()), ("time_lag_ms_p99", pa.int64()), ("time_lag_ms_max", pa.int64()),
-    ("registered", pa.bool_()), ("fenced", pa.bool_()), ("stalled", pa.bool_()), ("image_divergence", pa.int64()),
-])
-assert CACHE_LAG_SCHEMA.names == CACHE_LAG_COLUMNS
 #: the key of a ``cache_lag`` row
 CACHE_LAG_KEY = ["cluster_id", "broker_id", "bucket_start"]
 _NONE = -(2 ** 62)   # "no bound yet"
@@ -66,9 +57,8 @@ def _col(t: pa.Table, name: str) -> list:
 
 
 def _pct(sorted_values: list[int], p: float) -> int:
-    """Spark's ``percentile_approx`` where it is exact (fewer values than its accuracy): the smallest
-    value with at least ``p`` of the values at or below it."""
-    return sorted_values[max(0, math.ceil(p * len(sorted_values)) - 1)]
+    """The lower ``p`` percentile of ``sorted_values`` (:func:`~kraft_replay.outcomes.cache_lag.percentile_rank`)."""
+    return sorted_values[int(percentile_rank(len(sorted_values), p)) - 1]
 
 
 class LiveLag:
