@@ -9,7 +9,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from kraft_replay.outcomes.cache_lag import CACHE_LAG_COLUMNS, cache_lag, sample_lag
+from kraft_replay.outcomes.cache_lag import CACHE_LAG_COLUMNS, TASK_ROWS, cache_lag, sample_lag
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_buckets_aggregate_the_samples(spark, lake) -> None:
 def test_buckets_equal_sparks_own_aggregate_on_random_samples(spark) -> None:
     """The buckets' kernel against Spark's aggregate of the same samples (``percentile_approx``, exact
     below its accuracy in values, and ``max_by`` for the last sample): buckets of 1 to 40 samples of
-    two clusters' brokers, ties in the lags, null ``fenced``, and more tasks than buckets' keys."""
+    two clusters' brokers, ties in the lags, null ``fenced``, spread over five tasks."""
     import random
     from datetime import datetime, timedelta, timezone
 
@@ -63,7 +63,7 @@ def test_buckets_equal_sparks_own_aggregate_on_random_samples(spark) -> None:
     samples = spark.createDataFrame(rows, "cluster_id string, broker_id int, observed_at timestamp, applied_offset long, "
                                           "log_end_offset long, offset_lag long, time_lag_ms long, registered boolean, "
                                           "fenced boolean, stalled boolean, image_divergence long")
-    got = cache_lag(samples, bucket_s=10.0, rows=1)  # 1: the shuffle partitions' tasks
+    got = cache_lag(samples, bucket_s=10.0, rows=5 * TASK_ROWS)  # five tasks, each bucket's samples in one
     b = F.timestamp_micros((F.floor(F.unix_micros("observed_at") / 10_000_000) * 10_000_000).cast("long")).alias("bucket_start")
     last = lambda c: F.max_by(c, "observed_at").alias(c)  # noqa: E731
     pct = lambda c, p: F.percentile_approx(c, p, 10000).cast("long")  # noqa: E731

@@ -61,6 +61,7 @@ CACHE_LAG_COLUMNS = [
     "registered", "fenced", "stalled", "image_divergence",
 ]
 _KEY = ["cluster_id", "broker_id"]
+#: the ``cache_lag`` table's columns and types (the batch job's and the live stream's)
 CACHE_LAG_SCHEMA = pa.schema([
     ("cluster_id", pa.string()), ("broker_id", pa.int32()), ("bucket_start", pa.timestamp("us", tz="UTC")),
     ("samples", pa.int64()), ("applied_offset", pa.int64()), ("log_end_offset", pa.int64()),

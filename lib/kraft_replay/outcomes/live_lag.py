@@ -38,7 +38,6 @@ from kraft_replay.outcomes.cache_lag import CACHE_LAG_COLUMNS, CACHE_LAG_SCHEMA,
 __all__ = ["LiveLag", "LagUnabsorbable", "CACHE_LAG_SCHEMA", "CACHE_LAG_KEY"]
 
 _TS = pa.timestamp("us", tz="UTC")
-#: the ``cache_lag`` table's columns as the batch job writes them
 #: the key of a ``cache_lag`` row
 CACHE_LAG_KEY = ["cluster_id", "broker_id", "bucket_start"]
 _NONE = -(2 ** 62)   # "no bound yet"
