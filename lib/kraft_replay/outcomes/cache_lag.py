@@ -46,7 +46,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.outcomes.lookups import _VAL, OFFSETS, _as_of, count_changes, log_end_at
 from kraft_replay.replay.broker_applied import BY_BROKER
-from kraft_replay.spark import lineage_cut, sized_by
+from kraft_replay.spark import lineage_cut, sized_by, tasks_holding
 from kraft_replay.spark.arrow import codes
 
 __all__ = ["sample_lag", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag", "committed_end", "CACHE_LAG",
@@ -234,8 +234,7 @@ def cache_lag(samples: DataFrame, bucket_s: float = 1.0, rows: int | None = None
     s = samples.select(*_KEY, b, "observed_at", "applied_offset", "log_end_offset", "offset_lag", "time_lag_ms",
                        "registered", "fenced", "stalled", "image_divergence")
     n = samples.count() if rows is None else rows
-    tasks = max(int(samples.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-n // TASK_ROWS))
-    return s.repartition(tasks, *BY_BROKER, "bucket_start").mapInArrow(bucket_lags, from_arrow_schema(CACHE_LAG_SCHEMA))
+    return s.repartition(tasks_holding(samples.sparkSession, n, TASK_ROWS), *BY_BROKER, "bucket_start").mapInArrow(bucket_lags, from_arrow_schema(CACHE_LAG_SCHEMA))
 
 
 CACHE_LAG = "cache_lag"

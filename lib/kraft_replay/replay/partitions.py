@@ -36,7 +36,7 @@ from kraft_replay.replay.partition_state import (
 from kraft_replay.replay.records import API
 from kraft_replay.replay.versioning import MAIN, STREAM, anomaly, current, spark_type
 from kraft_replay.replay.schemas import SILVER_TABLES
-from kraft_replay.spark import lineage_cut
+from kraft_replay.spark import lineage_cut, tasks_holding
 from kraft_replay.spark.arrow import ddl_fields
 
 __all__ = ["partition_events", "partitions", "live_at"]
@@ -250,7 +250,7 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     inp = ev.select(*[F.unix_micros("_vtime").alias(c) if c == "_vtime" else F.col(c).cast(t).alias(c)
                       for c, t in _INPUT])
     n = rows if rows is not None else _rows(recs.select("offset"))
-    tasks = max(int(recs.sparkSession.conf.get("spark.sql.shuffle.partitions")), -(-n // TASK_ROWS))
+    tasks = tasks_holding(recs.sparkSession, n, TASK_ROWS)
     state = inp.repartition(tasks, *STREAM, *KEY).mapInArrow(
         partition_state if sink is None else _writing_versions(sink, images or ()), STATE_OUTPUT)
     # with a sink: computed now, so that its files are there to be read

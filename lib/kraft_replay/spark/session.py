@@ -548,18 +548,21 @@ def lineage_cut(df, eager: bool = False):  # noqa: ANN001, ANN201 - a DataFrame
     return df.localCheckpoint(eager=eager).toDF(*df.columns)
 
 
+def tasks_holding(spark, amount: int, per_task: int) -> int:  # noqa: ANN001 - a SparkSession
+    """How many tasks hold ``amount`` (rows, bytes) at about ``per_task`` each: the shuffle partitions,
+    or more."""
+    return max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-amount // per_task))
+
+
 def tasks_for(df, task_bytes: int) -> int:  # noqa: ANN001 - a DataFrame
     """How many tasks should hold ``df`` when each task holds its rows at once (in Python memory): the
     shuffle partitions, or more so that each holds about ``task_bytes`` of Spark's size estimate of
     ``df`` (none, or Spark's "unknown" — Long.MaxValue: the shuffle partitions)."""
-    base = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     try:
         size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - no estimate: the shuffle partitions
-        return base
-    if size >= 1 << 60:
-        return base
-    return max(base, -(-size // task_bytes))
+        size = 0
+    return tasks_holding(df.sparkSession, 0 if size >= 1 << 60 else size, task_bytes)
 
 
 @contextmanager
