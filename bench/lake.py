@@ -1,10 +1,13 @@
-"""Benchmark: the embedded lake backend vs Spark's plain Parquet, same DataFrame, one run.
+"""Benchmark: the lake's two backends (embedded ``deltars``, native ``delta-spark``) and Spark's plain
+Parquet side by side, same DataFrame, one run.
 
-Writes ``--rows`` rows x 8 columns (partitioned by one of them) through ``Lake.append`` and through
-``df.write.partitionBy(...).parquet``, then reads each back in full (every column materialised
-through Spark's ``noop`` sink). Prints both timings and the ratio lake / plain for write and read
-(target: <= 1.25 both ways). ``--stream`` also times the lake's streaming source over the same
-table, and the per-row shape it avoids (one partition per file, one Python tuple per row).
+Writes ``--rows`` rows x 8 columns (partitioned by one of them) through ``Lake.append`` on each backend
+and through ``df.write.partitionBy(...).parquet``, then reads each back in full (every column
+materialised through Spark's ``noop`` sink), the order alternating between repetitions. Prints each
+backend's timings, its ratio to plain Parquet (target: <= 1.25 both ways) and native / embedded.
+``--stream`` also times each backend's streaming source over the same table (the lake's own on the
+embedded backend, Delta's on delta-spark), and the per-row shape the lake's avoids (one partition per
+file, one Python tuple per row).
 
 Run it alone: ``flock /tmp/kraft-heavy.lock .venv/bin/python bench/lake.py``.
 """
@@ -19,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -96,16 +100,23 @@ def stream_once(lake: Lake, name: str, fmt: str | None, work: Path) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from kraft_replay.spark.delta_jars import installed_jars
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--parts", type=int, default=8, help="distinct values of the partition column")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", default="local")
+    ap.add_argument("--backends", default="deltars,delta-spark" if installed_jars() else "deltars",
+                    help="lake backends to time side by side (default: both when set-up fetched Delta's jars)")
     ap.add_argument("--stream", action="store_true", help="also time the streaming source")
     ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends or any(b not in ("deltars", "delta-spark") for b in backends):
+        ap.error(f"--backends: a comma-separated list of deltars and delta-spark, got {args.backends!r}")
 
-    spark = get_spark(args.profile)
+    spark = get_spark(args.profile, delta="delta-spark" in backends)
     work = Path(args.work or tempfile.mkdtemp(prefix="kraft-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     from kraft_replay.config import load_profile
@@ -113,55 +124,63 @@ def main() -> None:
     target = load_profile(args.profile).lake.target_file_rows
     df = source(spark, args.rows, args.parts)
     print(f"bench/lake.py: {args.rows:,} rows x {len(df.columns)} columns, partitioned by part ({args.parts} values), "
-          f"target_file_rows={target:,}, {spark.sparkContext.defaultParallelism} cores, repeat={args.repeat}")
-    materialise(df)  # warm up the JVM and the code paths, including both Parquet write paths
-    warm = Lake(str(work / "warm"), spark, backend="deltars", target_file_rows=target)
-    warm.create_table("w", df.schema, partition_by=["part"])
-    warm.append("w", df.limit(100_000))
+          f"target_file_rows={target:,}, {spark.sparkContext.defaultParallelism} cores, repeat={args.repeat}, "
+          f"backends {', '.join(backends)}")
+    materialise(df)  # warm up the JVM and the code paths, including every write path
     df.limit(100_000).write.mode("overwrite").partitionBy("part").parquet(str(work / "warm_plain"))
-    materialise(warm.read("w"))
     materialise(spark.read.parquet(str(work / "warm_plain")))
+    for b in backends:
+        warm = Lake(str(work / f"warm-{b}"), spark, backend=b, target_file_rows=target)
+        warm.create_table("w", df.schema, partition_by=["part"])
+        warm.append("w", df.limit(100_000))
+        materialise(warm.read("w"))
 
-    results: dict[str, list[float]] = {"lake_write": [], "plain_write": [], "lake_read": [], "plain_read": []}
-    lake = None
+    results: dict[str, list[float]] = {f"{k}_{op}": [] for k in ["plain", *backends] for op in ("write", "read")}
+    lakes: dict[str, Lake] = {}
+    plain_path = str(work / "plain")
     for i in range(args.repeat):
-        shutil.rmtree(work / "lake", ignore_errors=True)
         shutil.rmtree(work / "plain", ignore_errors=True)
-        lake = Lake(str(work / "lake"), spark, backend="deltars", target_file_rows=target)
-        lake.create_table("bench", df.schema, partition_by=["part"])
-        plain_path = str(work / "plain")
-
-        def lake_write() -> None:
-            lake.append("bench", df)
-
-        def plain_write() -> None:
-            (df.write.mode("overwrite").option("maxRecordsPerFile", target).partitionBy("part").parquet(plain_path))
-
-        order = [("lake_write", lake_write), ("plain_write", plain_write)]
-        for key, fn in (order if i % 2 == 0 else order[::-1]):
+        for b in backends:
+            shutil.rmtree(work / b, ignore_errors=True)
+            lakes[b] = Lake(str(work / b), spark, backend=b, target_file_rows=target)
+            lakes[b].create_table("bench", df.schema, partition_by=["part"])
+        writes = [("plain_write", lambda: df.write.mode("overwrite").option("maxRecordsPerFile", target)
+                   .partitionBy("part").parquet(plain_path))]
+        reads = [("plain_read", lambda: materialise(spark.read.parquet(plain_path)))]
+        for b in backends:
+            writes.append((f"{b}_write", lambda lk=lakes[b]: lk.append("bench", df)))
+            reads.append((f"{b}_read", lambda lk=lakes[b]: materialise(lk.read("bench"))))
+        for key, fn in (writes if i % 2 == 0 else writes[::-1]):  # alternate the order between runs
             results[key].append(timed(fn))
-        reads = [("lake_read", lambda: materialise(lake.read("bench"))),
-                 ("plain_read", lambda: materialise(spark.read.parquet(plain_path)))]
         for key, fn in (reads if i % 2 == 0 else reads[::-1]):
             results[key].append(timed(fn))
-        assert lake.read("bench").count() == args.rows == spark.read.parquet(plain_path).count()
+        assert all(lk.read("bench").count() == args.rows for lk in lakes.values())
+        assert spark.read.parquet(plain_path).count() == args.rows
         print(f"  run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in results.items()), flush=True)
 
     med = {k: statistics.median(v) for k, v in results.items()}
-    files = len(lake._impl.snapshot("bench").files) if lake else 0
-    print(f"write: lake {med['lake_write']:.2f}s  plain parquet {med['plain_write']:.2f}s  "
-          f"ratio {med['lake_write'] / med['plain_write']:.3f}  ({files} files)")
-    print(f"read:  lake {med['lake_read']:.2f}s  plain parquet {med['plain_read']:.2f}s  "
-          f"ratio {med['lake_read'] / med['plain_read']:.3f}")
-    summary = {"rows": args.rows, **{k: round(v, 3) for k, v in med.items()},
-               "write_ratio": round(med["lake_write"] / med["plain_write"], 3),
-               "read_ratio": round(med["lake_read"] / med["plain_read"], 3)}
-    if args.stream and lake is not None:
-        summary["stream_arrow_bins"] = round(stream_once(lake, "bench", None, work), 3)
-        print(f"stream (arrow batches, file bins): {summary['stream_arrow_bins']:.2f}s for {args.rows:,} rows")
-        per_row = _per_row_source(spark)
-        summary["stream_per_row"] = round(stream_once(lake, "bench", per_row, work), 3)
-        print(f"stream (one partition per file, row tuples): {summary['stream_per_row']:.2f}s")
+    summary: dict[str, float | int] = {"rows": args.rows, **{k: round(v, 3) for k, v in med.items()}}
+    for b in backends:
+        files = len(DeltaTable(f"{lakes[b].root}/bench").file_uris())
+        for op in ("write", "read"):
+            summary[f"{b}_{op}_ratio"] = round(med[f"{b}_{op}"] / med[f"plain_{op}"], 3)
+        print(f"{b:12s} write {med[f'{b}_write']:.2f}s (x{summary[f'{b}_write_ratio']:.3f} plain parquet), "
+              f"read {med[f'{b}_read']:.2f}s (x{summary[f'{b}_read_ratio']:.3f}), {files} files")
+    print(f"{'plain':12s} write {med['plain_write']:.2f}s, read {med['plain_read']:.2f}s")
+    if len(backends) == 2:
+        for op in ("write", "read"):
+            summary[f"native_vs_embedded_{op}"] = round(med[f"delta-spark_{op}"] / med[f"deltars_{op}"], 3)
+        print(f"delta-spark / deltars: write x{summary['native_vs_embedded_write']:.3f}, "
+              f"read x{summary['native_vs_embedded_read']:.3f}")
+    if args.stream:
+        for b in backends:
+            summary[f"{b}_stream"] = round(stream_once(lakes[b], "bench", None, work), 3)
+            print(f"stream ({b}: {'the lake' if b == 'deltars' else 'Delta'}'s source): "
+                  f"{summary[f'{b}_stream']:.2f}s for {args.rows:,} rows")
+        if "deltars" in lakes:
+            per_row = _per_row_source(spark)
+            summary["stream_per_row"] = round(stream_once(lakes["deltars"], "bench", per_row, work), 3)
+            print(f"stream (one partition per file, row tuples): {summary['stream_per_row']:.2f}s")
     print(json.dumps(summary))
     shutil.rmtree(work, ignore_errors=True)
 

@@ -4,6 +4,7 @@ tables from the same rows, in the same run.
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/replay.py [--scenario medium] [--cut 1000000]
         [--no-sequential] [--driver-memory 8g] [--data-dir DIR] [--copy-files] [--cli]
+        [--backends deltars,delta-spark]
 
 The Spark replay runs in a child process (its JVM is gone before the sequential replay runs: at 10M
 records the sequential replay's own tables take most of the machine's memory; it writes its closed
@@ -21,6 +22,10 @@ on the same rows and the ratio. Speed is measured here, never asserted in tests.
 driver memory on a copy of the whole bronze lake (``broker_progress`` too, so ``broker_applied`` and
 ``cache_lag`` are written after the silver tables), each of its progress lines stamped with the seconds
 since the process started, and its peak RSS. The targets hold for this figure too.
+
+``--backends deltars,delta-spark`` replays the same bronze rows into a lake of each backend, one child
+after the other, and prints native / embedded (issue 48: the embedded default stays unless native
+measures better here).
 """
 
 from __future__ import annotations
@@ -177,9 +182,10 @@ def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
     from kraft_replay.replay.run import run_replay
     from kraft_replay.spark import get_spark
 
-    spark = get_spark(args.profile, **{"spark.driver.memory": args.driver_memory})
+    backend = args.backend_phase or "deltars"
+    spark = get_spark(args.profile, delta=backend == "delta-spark", **{"spark.driver.memory": args.driver_memory})
     bronze = Lake(str(src), spark, backend="deltars")
-    out = Lake(str(out_root), spark, backend="deltars")
+    out = Lake(str(out_root), spark, backend=backend)
     cut = (lambda df: df.where(F.col("offset") < args.cut)) if args.cut else (lambda df: df)
     for t in ("metadata_log", "metadata_control", "snapshot_records"):
         if args.copy_files:
@@ -266,7 +272,11 @@ def main() -> int:
     ap.add_argument("--cli", action="store_true",
                     help="also time `kraft-replay replay` as users run it (a cold process, the profile's driver memory, "
                          "the whole bronze lake: broker_applied and cache_lag too)")
+    ap.add_argument("--backends", default="deltars",
+                    help="lake backends whose replays are timed one after the other (deltars, delta-spark or both, "
+                         "comma-separated); the first is the one compared with the sequential replay")
     ap.add_argument("--spark-phase", type=Path, default=None, help=argparse.SUPPRESS)  # internal: the child
+    ap.add_argument("--backend-phase", default=None, help=argparse.SUPPRESS)  # internal: the child's backend
     args = ap.parse_args()
     if args.copy_files and args.cut:
         ap.error("--copy-files copies whole tables: not with --cut")
@@ -278,16 +288,29 @@ def main() -> int:
         print("RESULT " + json.dumps(spark_phase(args, src, args.spark_phase)), flush=True)
         return 0
 
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends or any(b not in ("deltars", "delta-spark") for b in backends):
+        ap.error(f"--backends: a comma-separated list of deltars and delta-spark, got {args.backends!r}")
     out_root = Path(tempfile.mkdtemp(prefix="kraft-bench-replay-"))
     try:
-        result = child_result([sys.executable, __file__, *sys.argv[1:], "--spark-phase", str(out_root)])
-        if result is None:
-            return 1
+        results = {}
+        for b in backends:  # each in a child of its own (its JVM gone before the next runs)
+            shutil.rmtree(out_root, ignore_errors=True)
+            out_root.mkdir()
+            result = child_result([sys.executable, __file__, *sys.argv[1:], "--spark-phase", str(out_root),
+                                   "--backend-phase", b])
+            if result is None:
+                return 1
+            results[b] = result
+            print(f"spark ({b}): {result['spark_s']:.1f}s, {result['records'] / result['spark_s']:,.0f} records/s, "
+                  f"peak RSS {result['rss'] / 2**30:.2f} GiB (anonymous memory alone: {result['rss_anon'] / 2**30:.2f} GiB)")
+            print("  at the peak: " + ", ".join(f"{role} {r / 2**30:.2f} GiB ({a / 2**30:.2f} anonymous)"
+                                               for role, r, a in sorted(result["at_peak"], key=lambda x: -x[1])))
+        if len(results) == 2:
+            print(f"delta-spark / deltars: x{results['delta-spark']['spark_s'] / results['deltars']['spark_s']:.2f} "
+                  "the embedded backend's replay time")
+        result = results[backends[0]]
         records, spark_s = result["records"], result["spark_s"]
-        print(f"spark: {spark_s:.1f}s, {records / spark_s:,.0f} records/s, peak RSS {result['rss'] / 2**30:.2f} GiB "
-              f"(anonymous memory alone: {result['rss_anon'] / 2**30:.2f} GiB)")
-        print("  at the peak: " + ", ".join(f"{role} {r / 2**30:.2f} GiB ({a / 2**30:.2f} anonymous)"
-                                           for role, r, a in sorted(result["at_peak"], key=lambda x: -x[1])))
         if args.cli:
             wall, cli_rss = cli_phase(args, src)
             print(f"cli: kraft-replay replay (profile {args.profile}) {wall:.1f}s, {records / wall:,.0f} records/s, "

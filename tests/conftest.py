@@ -33,7 +33,9 @@ os.environ.setdefault("KRAFT_REPLAY_JAVA_OPTIONS", JAVA_OPTIONS)
 def spark():
     from kraft_replay.spark import get_spark
 
-    session = get_spark("test")
+    # with the delta-spark jars fetched at set-up (tests/lake runs its tests on both backends); the
+    # test profile's backend stays the embedded one, so every other test writes through delta-rs
+    session = get_spark("test", delta=True)
     yield session
     session.stop()
 
@@ -251,6 +253,7 @@ SLOWEST_FIRST: tuple[str, ...] = (
     "tests/replay/test_replay_rules.py",
     "tests/replay/test_replay_stream.py",
     "tests/test_wheel.py",
+    "tests/lake/test_pipeline_backends.py",
     "tests/replay/test_replay_run.py",
     "tests/replay/test_replay_incremental.py",
     "tests/airflow/test_dags.py",
@@ -264,6 +267,8 @@ SLOWEST_FIRST: tuple[str, ...] = (
     "tests/ingest/test_secrets_lake.py",
     "tests/serve/test_console.py",
     "tests/lake/test_stream.py",
+    "tests/lake/test_publish.py",
+    "tests/lake/test_tables.py",
     "tests/outcomes/test_feature_check.py",
     "tests/outcomes/test_cache_lag.py",
     "tests/replay/test_image_cli.py",

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,3 +38,28 @@ def run_job(script: Path, *args: str, **popen) -> subprocess.Popen:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "lib"), str(ROOT / "tests" / "lake")])
     return subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=str(ROOT), **popen)
+
+
+class DataFile(NamedTuple):
+    path: str
+    partition_values: dict
+    num_records: int
+
+
+def data_files(lake, name: str, version: int | None = None) -> list:
+    """The data files of a table's snapshot (its latest, or ``version``) as delta-rs reads its log,
+    whichever backend wrote it: ``(path, partition_values, num_records)`` for each file."""
+    import pyarrow as pa
+
+    table = delta_table(lake, name, version)
+    add = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    parts = table.metadata().partition_columns
+    return [DataFile(a["path"], {p: (None if a[f"partition.{p}"] is None else str(a[f"partition.{p}"])) for p in parts},
+                     a["num_records"]) for a in add]
+
+
+def delta_table(lake, name: str, version: int | None = None):
+    """delta-rs's view of a table (``deltalake.DeltaTable``), whichever backend wrote it."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(f"{lake.root}/{name}", version=version)

@@ -8,30 +8,37 @@ from kraft_replay.lake import BackendUnavailableError, Lake
 from kraft_replay.lake.backend import DELTA_SPARK_CLASS, delta_spark_available, resolve_backend
 
 
-def test_auto_picks_deltars_when_delta_spark_classes_are_absent(spark, tmp_path):
-    assert not delta_spark_available(spark)
-    assert resolve_backend("auto", spark) == "deltars"
+def test_auto_picks_delta_spark_when_its_classes_load(spark, tmp_path):
+    """The suite's session carries the jars the set-up fetched: ``auto`` finds Delta's classes there."""
+    assert delta_spark_available(spark)
+    assert resolve_backend("auto", spark) == "delta-spark"
+    assert Lake(str(tmp_path), spark).backend == "delta-spark"
+    assert Lake(str(tmp_path), None).backend == "deltars"  # driver only: no JVM to hold delta-spark
+
+
+def test_auto_picks_deltars_when_delta_spark_classes_are_absent(spark, tmp_path, monkeypatch):
+    import kraft_replay.lake.backend as backend
+
+    monkeypatch.setattr(backend, "DELTA_SPARK_CLASS", "io.delta.tables.NoSuchTable")
+    assert not backend.delta_spark_available(spark)
+    assert backend.resolve_backend("auto", spark) == "deltars"
     assert Lake(str(tmp_path), spark).backend == "deltars"
 
 
-def test_detection_finds_a_class_that_is_on_the_classpath(spark):
-    # The same JVM lookup returns True for a class that is loaded (Spark's own session class).
+def test_detection_asks_the_jvm_for_the_class(spark):
     assert delta_spark_available(spark, "org.apache.spark.sql.SparkSession")
-    assert not delta_spark_available(spark, DELTA_SPARK_CLASS)
+    assert delta_spark_available(spark, DELTA_SPARK_CLASS)
+    assert not delta_spark_available(spark, "io.delta.tables.NoSuchTable")
 
 
-def test_auto_picks_delta_spark_when_its_classes_load(spark, monkeypatch):
+def test_forcing_delta_spark_without_the_jar_is_a_one_line_error(spark, tmp_path, monkeypatch):
     import kraft_replay.lake.backend as backend
 
-    monkeypatch.setattr(backend, "DELTA_SPARK_CLASS", "org.apache.spark.sql.SparkSession")
-    assert backend.resolve_backend("auto", spark) == "delta-spark"
-
-
-def test_forcing_delta_spark_without_the_jar_is_a_one_line_error(spark, tmp_path):
+    monkeypatch.setattr(backend, "DELTA_SPARK_CLASS", "io.delta.tables.NoSuchTable")
     with pytest.raises(BackendUnavailableError) as exc:
         Lake(str(tmp_path), spark, backend="delta-spark")
     msg = str(exc.value)
-    assert "\n" not in msg and DELTA_SPARK_CLASS in msg and "--backend deltars" in msg
+    assert "\n" not in msg and "io.delta.tables.NoSuchTable" in msg and "--backend deltars" in msg
 
 
 def test_delta_spark_without_fetched_jars_is_a_one_line_error(tmp_path):

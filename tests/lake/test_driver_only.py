@@ -14,6 +14,8 @@ from lake_helpers import EVENTS
 from kraft_replay.lake import Lake, LakeError
 from kraft_replay.lake.staged import write_staged_arrow
 
+pytestmark = pytest.mark.embedded  # the embedded backend's own machinery (tests/lake/conftest.py)
+
 T0 = dt.datetime(2026, 11, 24, 10, 0, tzinfo=dt.timezone.utc)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import signal
 import threading
 import time
 from pathlib import Path
 
 from lake_helpers import ROOT, events, run_job
+
+pytestmark = pytest.mark.embedded  # the embedded backend's own machinery (tests/lake/conftest.py)
 
 
 def _data_files_on_disk(lake, name: str) -> set[str]:

@@ -15,6 +15,8 @@ from lake_helpers import EVENTS, events
 from kraft_replay.lake import SchemaMismatchError
 from kraft_replay.lake.staged import write_staged_arrow
 
+pytestmark = pytest.mark.embedded  # the embedded backend's own machinery (tests/lake/conftest.py)
+
 
 def arrow_events(start: int, stop: int, parts: int = 3) -> pa.Table:
     ids = list(range(start, stop))

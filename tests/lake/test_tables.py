@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from lake_helpers import EVENTS, events
+from lake_helpers import EVENTS, data_files, delta_table, events
 from kraft_replay.lake import Lake
 
 
@@ -26,13 +26,13 @@ def test_append_read_round_trip(spark, lake, events_table):
 
 def test_files_respect_target_rows_and_carry_stats(spark, lake, events_table):
     lake.append(events_table, events(spark, 0, 3000, slices=1))
-    snap = lake._impl.snapshot(events_table)
+    files = data_files(lake, events_table)
     # 1 task x 3 partition values x 1000 rows each, at most 500 rows per file -> 6 files of 500.
-    assert sorted(f.num_records for f in snap.files) == [500] * 6
-    for f in snap.files:
+    assert sorted(f.num_records for f in files) == [500] * 6
+    for f in files:
         meta = pq.read_metadata(f"{lake.root}/{events_table}/{f.path}")
         assert meta.num_rows == f.num_records
-    add = pa.table(lake._impl.snapshot(events_table).table.get_add_actions(flatten=True)).to_pydict()
+    add = pa.table(delta_table(lake, events_table).get_add_actions(flatten=True)).to_pydict()
     assert all(lo <= hi for lo, hi in zip(add["min.id"], add["max.id"]))
     assert sum(add["num_records"]) == 3000
 
@@ -72,7 +72,7 @@ def test_partition_pruning_reads_fewer_files(spark, lake, events_table):
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
         lake.append(events_table, events(spark, 0, 3000, parts=3, slices=1))
-        all_files = len(lake._impl.snapshot(events_table).files)
+        all_files = len(data_files(lake, events_table))
         full = lake.read(events_table)
         pruned = lake.read(events_table).where("part = 1")
         assert _files_scanned(full) == all_files == 6
@@ -92,7 +92,7 @@ def test_txn_makes_append_idempotent(spark, lake, events_table):
     newer = lake.append(events_table, events(spark, 100, 150), txn=("ingest-job", 8))
     assert not first.skipped and again.skipped and older.skipped and not newer.skipped
     assert lake.read(events_table).count() == 150
-    assert lake._impl.snapshot(events_table).table.transaction_version("ingest-job") == 8
+    assert delta_table(lake, events_table).transaction_version("ingest-job") == 8
 
 
 def test_overwrite_whole_table_and_replace_where(spark, lake, events_table):
@@ -116,7 +116,7 @@ def test_overwrite_whole_table_and_replace_where(spark, lake, events_table):
 
 def test_merge_upserts_and_rewrites_only_touched_files(spark, lake, events_table):
     lake.append(events_table, events(spark, 0, 900, slices=1))
-    before = {f.path for f in lake._impl.snapshot(events_table).files}
+    before = {f.path for f in data_files(lake, events_table)}
     upd = events(spark, 0, 0).unionByName(
         spark.createDataFrame([(3, "changed", dt.datetime(2030, 1, 1), 0), (10_000, "new", None, 1)], EVENTS))
     res = lake.merge(events_table, upd, keys=["id", "part"])
@@ -127,7 +127,7 @@ def test_merge_upserts_and_rewrites_only_touched_files(spark, lake, events_table
     assert after.select("id").distinct().count() == 901
     # Only the file holding id 3 (partition 0) was replaced.
     assert res.removed_files == 1
-    now = {f.path for f in lake._impl.snapshot(events_table).files}
+    now = {f.path for f in data_files(lake, events_table)}
     assert len(before - now) == 1
     dup = spark.createDataFrame([(1, "a", None, 1), (1, "b", None, 1)], EVENTS)
     with pytest.raises(Exception, match="several rows for key"):
@@ -135,27 +135,32 @@ def test_merge_upserts_and_rewrites_only_touched_files(spark, lake, events_table
 
 
 def test_rewrite_reads_and_replaces_only_the_files_its_statistics_pick(spark, lake, events_table):
-    """``rewrite``: the files of the matching partition whose statistics say they may hold rows with
-    ``id >= 600`` are read, ``fn``'s two DataFrames replace them in files of their own, in one
-    commit; the other files (and partitions) are untouched; a DataFrame with rows outside the
-    partition commits nothing."""
+    """``rewrite``: on the embedded backend the files of the matching partition whose statistics say
+    they may hold rows with ``id >= 600`` are read, ``fn``'s two DataFrames replace them in files of
+    their own, in one commit; the other files (and partitions) are untouched. delta-spark has no
+    per-file choice: ``fn`` gets the whole partition and its frames replace it (one ``replaceWhere``
+    overwrite). The table ends the same on both; a DataFrame with rows outside the partition commits
+    nothing."""
     from pyspark.sql import functions as F
 
     lake.append(events_table, events(spark, 0, 300, slices=1))     # ids < 300: files that stay
     lake.append(events_table, events(spark, 600, 900, slices=1))   # ids >= 600: read and replaced
-    snap = lake._impl.snapshot(events_table)
-    part0 = {f.path for f in snap.files if f.partition_values["part"] == "0"}
+    part0 = {f.path for f in data_files(lake, events_table) if f.partition_values["part"] == "0"}
     seen: list[int] = []
 
     def fn(rows):
         seen.append(rows.count())
-        kept = rows.where("id % 2 = 0")
+        kept = rows.where("id < 600 OR id % 2 = 0")
         return [kept.where("id < 750"), kept.where("id >= 750").withColumn("name", F.lit("late"))]
 
     res = lake.rewrite(events_table, fn, "part = 0", touched=lambda st: st.max.get("id", 10**9) >= 600, columns=["id"])
-    assert seen == [100]                                 # part 0's ids 600..897, step 3: 100 rows read
-    after = {f.path for f in lake._impl.snapshot(events_table).files}
-    assert res.removed_files == 1 and len(part0 - after) == 1 and res.files == 2 and res.rows == 50
+    after = {f.path for f in data_files(lake, events_table)}
+    if lake.backend == "deltars":
+        assert seen == [100]                             # part 0's ids 600..897, step 3: 100 rows read
+        assert res.removed_files == 1 and len(part0 - after) == 1 and res.files == 2 and res.rows == 50
+    else:
+        assert seen == [200]                             # and part 0's 100 ids below 300
+        assert res.removed_files == 2 and not part0 & after and res.rows == 150
     got = lake.read(events_table)
     assert got.where("part = 0 AND id >= 600").count() == 50
     assert got.where("part = 0 AND id >= 750").select("name").distinct().collect() == [("late",)]
@@ -170,26 +175,26 @@ def test_rewrite_reads_and_replaces_only_the_files_its_statistics_pick(spark, la
 def test_compact_then_vacuum(spark, lake, events_table):
     for i in range(4):
         lake.append(events_table, events(spark, i * 30, (i + 1) * 30))
-    small = len(lake._impl.snapshot(events_table).files)
+    small = len(data_files(lake, events_table))
     expected = lake.read(events_table)
     expected_rows = sorted(expected.collect())
     res = lake.compact(events_table)
-    snap = lake._impl.snapshot(events_table)
-    assert len(snap.files) == 3 < small  # one file per partition value
+    assert len(data_files(lake, events_table)) == 3 < small  # one file per partition value
     assert res.removed_files == small
     assert sorted(lake.read(events_table).collect()) == expected_rows
     entry = lake.history(events_table, 1)[0]
-    assert entry["kraft_replay.operation"] == "OPTIMIZE"
+    assert entry["kraft_replay.operation" if lake.backend == "deltars" else "operation"] == "OPTIMIZE"
     import json as _json
 
-    log = (snap.table.table_uri.replace("file://", "") + f"/_delta_log/{snap.version:020d}.json")
+    version = lake.version(events_table)
+    log = f"{lake.root}/{events_table}/_delta_log/{version:020d}.json"
     actions = [_json.loads(line) for line in open(log)]
     assert all(a["add"]["dataChange"] is False for a in actions if "add" in a)
     assert all(a["remove"]["dataChange"] is False for a in actions if "remove" in a)
     deleted = lake.vacuum(events_table, retain_hours=0)
     assert len(deleted) == small
     assert sorted(lake.read(events_table).collect()) == expected_rows
-    assert sorted(lake.read(events_table, version=snap.version).collect()) == expected_rows
+    assert sorted(lake.read(events_table, version=version).collect()) == expected_rows
 
 
 def test_tables_and_views(spark, lake, events_table):
@@ -313,6 +318,7 @@ def test_read_arrow_gives_the_rows_spark_reads_at_the_same_version(spark, lake, 
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.embedded
 def test_a_small_runs_rows_are_written_from_the_driver_as_sparks_writer_lays_them_out(spark, lake, events_table, tmp_path):
     """Inside a small run (``spark.sized_run`` of few rows) the embedded backend brings a frame's rows to
     the driver as Arrow and writes the files itself: the table holds the rows Spark's file writer
@@ -342,6 +348,6 @@ def test_a_small_runs_rows_are_written_from_the_driver_as_sparks_writer_lays_the
     assert layout(driver) == layout(lake) and ((("part", None),), 1) in layout(driver)
     assert stats(driver) == stats(lake)
     driver_files = [f.path.rsplit("/", 1)[-1] for f in driver._impl.snapshot(events_table).files]
-    spark_files = [f.path.rsplit("/", 1)[-1] for f in lake._impl.snapshot(events_table).files]
+    spark_files = [f.path.rsplit("/", 1)[-1] for f in data_files(lake, events_table)]
     assert all(n.startswith("part-driver-") for n in driver_files), driver_files  # no Spark writer job
     assert not any(n.startswith("part-driver-") for n in spark_files), spark_files

@@ -112,6 +112,14 @@ class Lake:
         newer release widened: added at the end by a change of the schema alone, elsewhere by a rewrite
         of the table's rows (:meth:`overwrite` with ``schema``)."""
         name = _valid_name(name)
+        from kraft_replay.lake.files import STAGING_COLUMN
+
+        if STAGING_COLUMN in schema.fieldNames():  # tables move between backends: reserved on both
+            raise InvalidArgumentError(f"table {name!r}: column name {STAGING_COLUMN!r} is reserved by the "
+                                       "embedded lake backend; rename the column")
+        missing = [c for c in partition_by or [] if c not in schema.fieldNames()]
+        if missing:
+            raise InvalidArgumentError(f"table {name!r}: partition column {missing[0]!r} is not in the schema")
         if evolve and self._impl.exists(name):
             have = self._impl.schema(name)
             n = len(have.fields)
@@ -566,6 +574,10 @@ class Lake:
         A published table is streamed as readers see it: offsets never pass its published version,
         and the commits of a rolled-back run are skipped (see ``lake.publish``)."""
         name = _valid_name(name)
+        for label, value in (("max_files_per_trigger", max_files_per_trigger),
+                             ("max_rows_per_trigger", max_rows_per_trigger)):
+            if value is not None and value < 1:
+                raise InvalidArgumentError(f"{label} must be >= 1, got {value}")
         published = self.published_versions().get(name)
         if starting_version is not None and published is not None and starting_version > published:
             raise InvalidArgumentError(f"table {name!r}: starting_version {starting_version} is past its published "
@@ -577,7 +589,8 @@ class Lake:
     def read_stream_tables(self, names: list[str], max_files_per_trigger: int | None = None,
                            with_version: bool = False, tasks: int | None = None,
                            snapshot_markers: bool = False) -> DataFrame:
-        """One streaming DataFrame over several tables (embedded backend): every micro-batch ends, in
+        """One streaming DataFrame over several tables (the lake's own source on either backend: it reads
+        the Delta log and Parquet files directly): every micro-batch ends, in
         each table, at its published version as one read of ``_published`` gives them, so a run that
         published several of them at once is read whole in all of them or not at all (per-trigger
         limits cut each table apart). Columns: every table's by name, ``_table`` (the row's table) and,
@@ -586,11 +599,16 @@ class Lake:
         ``snapshot_markers``: the snapshot the query starts from comes as one marker row per cluster and
         table (``_snapshot_marker`` true, the other columns null) instead of its rows, for a consumer
         that reads them itself."""
+        from kraft_replay.lake.stream import stream_tables
+
         names = [_valid_name(n) for n in names]
-        if self.backend != "deltars":
-            raise InvalidArgumentError("read_stream_tables needs the embedded backend (deltars)")
-        return self._impl.read_stream_tables(names, max_files_per_trigger=max_files_per_trigger, with_version=with_version,
-                                             tasks=tasks, snapshot_markers=snapshot_markers)
+        if max_files_per_trigger is not None and max_files_per_trigger < 1:
+            raise InvalidArgumentError(f"max_files_per_trigger must be >= 1, got {max_files_per_trigger}")
+        loc = self._impl.root
+        specs = [(n, loc.child(n).uri, self._impl.schema(n), self._impl.partition_columns(n)) for n in names]
+        return stream_tables(self.spark, specs, published_uri=loc.child(PUBLISHED).uri,
+                             max_files_per_trigger=max_files_per_trigger, with_version=with_version, tasks=tasks,
+                             snapshot_markers=snapshot_markers)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> StreamingQuery:

@@ -23,6 +23,10 @@ Tables are interchangeable between backends: both write standard Delta tables.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import reduce
 from typing import Any
 
@@ -33,8 +37,48 @@ from pyspark.sql.types import StructType
 
 from kraft_replay.lake import files as _files
 from kraft_replay.lake.deltars import CommitResult
-from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError, UnknownTableError
-from kraft_replay.lake.schema import conform, same_schema, sql_ident
+from kraft_replay.lake.errors import (
+    CorruptTableError,
+    InvalidArgumentError,
+    LakeError,
+    SchemaMismatchError,
+    UnknownTableError,
+)
+from kraft_replay.lake.schema import check_partition_predicate, conform, same_schema, sql_ident
+
+#: Delta's own error classes (and the JSON parser's, for a commit file that is not JSON), as the lake's
+#: one-line errors: (pattern searched in Delta's message, error class, what to say after the table's name)
+_DELTA_ERRORS: tuple[tuple[str, type[LakeError], str], ...] = (
+    ("DELTA_NOT_NULL_CONSTRAINT_VIOLATED", SchemaMismatchError,
+     "a NOT NULL column {column} holds a null; nothing was committed"),
+    ("DELTA_REPLACE_WHERE_MISMATCH", InvalidArgumentError,
+     "the DataFrame has rows that the predicate does not match; filter the DataFrame first"),
+    ("DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE", InvalidArgumentError,
+     "merge batch has several rows for key of one table row; deduplicate it first"),
+    ("DELTA_VERSION_NOT_FOUND", LakeError, "{first}; see lake.history(name) for the versions that exist"),
+    ("DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION", LakeError,
+     "{first}; see lake.history(name) for the versions that exist"),
+    ("DELTA_TIMESTAMP_GREATER_THAN_COMMIT", LakeError, "{first}"),
+    (r"FAILED_READ_FILE\S*\] Encountered error while reading file \S*/_delta_log/", CorruptTableError,
+     "unreadable _delta_log (a commit file cannot be read); restore it from backup or recreate the table"),
+    ("JsonParseException", CorruptTableError,
+     "unreadable _delta_log (a commit file is not JSON); restore it from backup or recreate the table"),
+    ("DELTA_VERSIONS_NOT_CONTIGUOUS", CorruptTableError,
+     "_delta_log misses commits; restore it from backup or recreate the table"),
+    ("DELTA_STATE_RECOVER_ERROR", CorruptTableError, "unreadable _delta_log; restore it from backup or recreate the table"),
+)
+
+
+def _lake_error(name: str, path: str, exc: BaseException) -> LakeError | None:
+    """``exc`` (an error Delta raised through Py4J) as the lake's one-line error, or None when it is none
+    of :data:`_DELTA_ERRORS`."""
+    text = str(exc)
+    for pattern, cls, says in _DELTA_ERRORS:
+        if re.search(pattern, text):
+            first = re.sub(r"^\[\w+\]\s*", "", text.strip().splitlines()[0])[:300]
+            column = re.search(r"for column: ([\w`]+(?:\.[\w`]+)*)", text)
+            return cls(f"table {name!r} at {path}: " + says.format(first=first, column=repr(column.group(1)) if column else "column"))
+    return None
 
 
 class DeltaSparkBackend:
@@ -53,6 +97,9 @@ class DeltaSparkBackend:
         # it unenforced (the columns' values come from the replay, which never writes a null element)
         spark.conf.set("spark.databricks.delta.constraints.allowUnenforcedNotNull.enabled", "true")
         self.target_file_rows = int(target_file_rows)
+        self._heads: dict[str, int] = {}                    # table -> newest commit seen (see version)
+        self._parts: dict[str, list[str]] = {}              # table -> partition columns (fixed at create)
+        self._published: tuple[int, dict[str, dict[str, Any]]] | None = None  # (_published version, rows)
 
     def _path(self, name: str) -> str:
         """Spark's path of a table; a local one as Hadoop qualifies it (``file:/x``): Delta's catalog
@@ -70,16 +117,75 @@ class DeltaSparkBackend:
         loc = self.root.child(name)
         return loc.fs.get_file_info(f"{loc.fs_path}/_delta_log").type == pafs.FileType.Directory
 
+    @contextmanager
+    def _errors(self, name: str) -> Iterator[None]:
+        """Delta's errors about table ``name`` raised as the lake's one-line errors (:func:`_lake_error`)."""
+        try:
+            yield
+        except LakeError:
+            raise
+        except Exception as exc:  # Py4JJavaError, AnalysisException, StreamingQueryException
+            mapped = _lake_error(name, self._path(name), exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
     def _table(self, name: str) -> Any:
         if not self.exists(name):
+            loc = self.root.child(name)
+            if loc.fs.get_file_info(loc.fs_path).type == pafs.FileType.Directory:
+                raise CorruptTableError(f"table {name!r} at {self._path(name)} has no _delta_log directory; restore "
+                                        "it from backup or delete the directory and recreate the table")
             raise UnknownTableError(name, self._path(name), self.table_names())
-        return self._DeltaTable.forPath(self.spark, self._path(name))
+        with self._errors(name):
+            return self._DeltaTable.forPath(self.spark, self._path(name))
+
+    def _check_writable(self, name: str) -> None:
+        """A write to a table whose directory cannot be written fails here, on the driver, in one line
+        (a directory made and removed, as the embedded backend's staging directory is)."""
+        loc = self.root.child(name)
+        probe = _files.new_staging_dir()
+        _files.create_staging_dir(name, loc, probe)
+        loc.fs.delete_dir(f"{loc.fs_path}/{probe}")
 
     def schema(self, name: str) -> StructType:
         return self._table(name).toDF().schema
 
     def version(self, name: str) -> int:
-        return int(self._table(name).history(1).collect()[0]["version"])
+        """The table's newest commit, from its log's file names (no Spark job: commits are numbered
+        without gaps, so the next one's file is looked for from ``_last_checkpoint`` or the newest one
+        this backend has seen); Delta's ``history`` where the log has no such file."""
+        loc = self.root.child(name)
+        log = f"{loc.fs_path}/_delta_log"
+
+        def found(v: int) -> bool:
+            return loc.fs.get_file_info(f"{log}/{v:020d}.json").type == pafs.FileType.File
+
+        v = self._heads.get(name, -1)
+        if v >= 0 and not found(v):  # the table was made anew
+            v = -1
+        if v < 0:
+            try:
+                with loc.fs.open_input_stream(f"{log}/_last_checkpoint") as fh:
+                    v = int(json.loads(fh.read().decode("utf-8"))["version"])
+            except (OSError, ValueError, KeyError):
+                v = -1
+            if v >= 0 and not found(v):
+                v = -1
+        while found(v + 1):
+            v += 1
+        if v < 0:
+            table = self._table(name)
+            with self._errors(name):
+                return int(table.history(1).collect()[0]["version"])
+        self._heads[name] = v
+        return v
+
+    def partition_columns(self, name: str) -> list[str]:
+        if name not in self._parts:
+            with self._errors(name):
+                self._parts[name] = list(self._table(name).detail().collect()[0]["partitionColumns"])
+        return list(self._parts[name])
 
     def create_table(self, name: str, schema: StructType, partition_by: list[str]) -> bool:
         if self.exists(name):
@@ -98,19 +204,25 @@ class DeltaSparkBackend:
 
     def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
               txn: tuple[str, int] | None = None, schema: StructType | None = None) -> CommitResult:
+        from kraft_replay.lake.deltars import DeltaRsBackend
+
+        DeltaRsBackend._check_txn(txn)
         before = self.version(name)
         df = conform(name, schema or self.schema(name), df)
+        if replace_where is not None:
+            check_partition_predicate(self.spark, name, self.schema(name), self.partition_columns(name), replace_where)
+        self._check_writable(name)
         writer = df.write.format("delta").mode(mode).option("maxRecordsPerFile", self.target_file_rows)
         if schema is not None:  # a whole-table overwrite that sets the schema: Delta's overwriteSchema
             if mode != "overwrite" or replace_where is not None:
                 raise InvalidArgumentError(f"table {name!r}: a new schema is written by a whole-table overwrite only")
-            parts = list(self._table(name).detail().collect()[0]["partitionColumns"])
-            writer = writer.option("overwriteSchema", "true").partitionBy(*parts)
+            writer = writer.option("overwriteSchema", "true").partitionBy(*self.partition_columns(name))
         if replace_where is not None:
             writer = writer.option("replaceWhere", replace_where)
         if txn is not None:
             writer = writer.option("txnAppId", txn[0]).option("txnVersion", int(txn[1]))
-        writer.save(self._path(name))
+        with self._errors(name):
+            writer.save(self._path(name))
         return self._committed(name, before, "numOutputRows", "numFiles", "numRemovedFiles")
 
     def read(self, name: str, version: int | None = None, timestamp: Any = None,
@@ -121,30 +233,50 @@ class DeltaSparkBackend:
             reader = reader.option("versionAsOf", int(version))
         if timestamp is not None:
             reader = reader.option("timestampAsOf", str(timestamp))
-        df = reader.load(self._path(name))
-        return df.where(where) if where is not None else df
+        with self._errors(name):
+            df = reader.load(self._path(name))
+            # the snapshot's state (its files) now, not in the first query: a log that cannot be read is the
+            # lake's one-line error here; Delta caches the state, so the query does not rebuild it
+            df.inputFiles()
+        if where is not None:
+            check_partition_predicate(self.spark, name, df.schema, self.partition_columns(name), where)
+            return df.where(where)
+        return df
 
     def read_arrow(self, name: str, columns: list[str], version: int | None = None,
                    partitions: list[tuple[str, str, Any]] | None = None) -> Any:
         """``columns`` of ``name`` at a version as Arrow: a Spark read collected to the driver."""
+        parts = self.partition_columns(name)
+        bad = [p for p in partitions or [] if p[0] not in parts or p[1] not in ("=", "in")]
+        if bad:
+            raise InvalidArgumentError(f"read_arrow {name}: {bad[0]!r} is not an '=' / 'in' filter on a partition column")
         df = self.read(name, version=version)
         for col, op, value in partitions or []:
-            if op not in ("=", "in"):
-                raise InvalidArgumentError(f"read_arrow {name}: operator {op!r} is not '=' or 'in'")
             df = df.where(F.col(col) == value if op == "=" else F.col(col).isin(list(value)))
         return df.select(*columns).toArrow()
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
+        from kraft_replay.lake.deltars import DeltaRsBackend
+
+        DeltaRsBackend._check_txn(txn)
         table = self._table(name)
-        batch = conform(name, table.toDF().schema, df)
+        have = table.toDF().schema
+        missing = [k for k in keys if k not in have.fieldNames()]
+        if not keys or missing:
+            raise InvalidArgumentError(f"table {name!r}: merge key {missing[0]!r} is not a column (columns: "
+                                       f"{', '.join(have.fieldNames())})" if missing else
+                                       f"table {name!r}: merge needs at least one key column")
+        batch = conform(name, have, df)
+        self._check_writable(name)
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
         before = self.version(name)
         if txn is not None:
             self.spark.conf.set("spark.databricks.delta.write.txnAppId", txn[0])
             self.spark.conf.set("spark.databricks.delta.write.txnVersion", str(int(txn[1])))
         try:
-            (table.alias("t").merge(batch.alias("s"), cond)
-             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+            with self._errors(name):
+                (table.alias("t").merge(batch.alias("s"), cond)
+                 .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
         finally:
             if txn is not None:
                 self.spark.conf.unset("spark.databricks.delta.write.txnAppId")
@@ -171,16 +303,27 @@ class DeltaSparkBackend:
         return self.write(name, df, mode="overwrite", replace_where=replace_where)
 
     def compact(self, name: str) -> CommitResult:
-        self._table(name).optimize().executeCompaction()
-        return CommitResult(name, self.version(name))
+        """Delta's OPTIMIZE (bin-packing compaction: a commit whose actions change no data)."""
+        before = self.version(name)
+        with self._errors(name):
+            self._table(name).optimize().executeCompaction()
+        return self._committed(name, before, "numOutputRows", "numAddedFiles", "numRemovedFiles")  # no rows metric: 0
 
     def vacuum(self, name: str, retain_hours: float = 168.0) -> list[str]:
+        """Delta's VACUUM; the files it deletes (relative to the table) are those its DRY RUN lists first."""
         self.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        target = f"delta.{sql_ident(self._path(name))}"
+        doomed = self.spark.sql(f"VACUUM {target} RETAIN {float(retain_hours)!r} HOURS DRY RUN").collect()
         self._table(name).vacuum(float(retain_hours))
-        return []  # delta-spark does not return the deleted paths
+        return sorted(self._relative(name, r["path"]) for r in doomed)
 
     def history(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
-        rows = (self._table(name).history(limit) if limit else self._table(name).history()).collect()
+        """Delta's ``DESCRIBE HISTORY``, newest first; ``timestamp`` in epoch milliseconds, as the embedded
+        backend gives it."""
+        table = self._table(name)
+        with self._errors(name):
+            hist = table.history(limit) if limit else table.history()
+            rows = hist.withColumn("timestamp", F.unix_millis("timestamp")).collect()
         return [r.asDict(recursive=True) for r in rows]
 
     def table_info(self, name: str, version: int | None = None) -> tuple[int, int, StructType, list[str], int]:
@@ -200,8 +343,12 @@ class DeltaSparkBackend:
 
         if not self.exists(PUBLISHED):
             return {}
-        rows = self.spark.read.format("delta").load(self._path(PUBLISHED)).collect()
-        return {r["table_name"]: r.asDict() for r in rows}
+        version = self.version(PUBLISHED)
+        if self._published is None or self._published[0] != version:  # read once per version
+            rows = (self.spark.read.format("delta").option("versionAsOf", version).load(self._path(PUBLISHED))
+                    .collect())
+            self._published = (version, {r["table_name"]: r.asDict() for r in rows})
+        return {k: dict(v) for k, v in self._published[1].items()}
 
     def write_published(self, rows: list[dict[str, Any]], run_id: str) -> int:
         """Replace the ``_published`` rows in one commit (the visibility point); returns its version."""
@@ -224,36 +371,37 @@ class DeltaSparkBackend:
     def txn_versions(self, name: str, version: int, app_ids: set[str]) -> dict[str, int]:
         return {}  # not needed: restore() cannot reset them
 
-    def file_paths(self, name: str, version: int) -> set[str]:
-        """Data files (relative to the table, decoded) of the snapshot at ``version``."""
+    def _relative(self, name: str, path: str) -> str:
+        """A file's path as Spark names it (``file:/lake/t/part=0/x.parquet``), relative to the table, decoded."""
         from urllib.parse import unquote
 
-        loc = self.root.child(name)
-        prefix = loc.fs_path.rstrip("/") + "/"
-        out = set()
-        for p in self.read(name, version=version).inputFiles():
-            local = unquote(p.split("://", 1)[-1] if "://" in p else p.split(":", 1)[-1])
-            idx = local.find(prefix)
-            out.add(local[idx + len(prefix):] if idx >= 0 else local)
-        return out
+        prefix = self.root.child(name).fs_path.rstrip("/") + "/"
+        local = unquote(path.split("://", 1)[-1] if "://" in path else path.split(":", 1)[-1])
+        idx = local.find(prefix)
+        return local[idx + len(prefix):] if idx >= 0 else local
+
+    def file_paths(self, name: str, version: int) -> set[str]:
+        """Data files (relative to the table, decoded) of the snapshot at ``version``."""
+        return {self._relative(name, p) for p in self.read(name, version=version).inputFiles()}
 
     def read_stream(self, name: str, *, max_files_per_trigger: int | None = None,
                     max_rows_per_trigger: int | None = None, starting_version: int | None = None,
                     skip_change_commits: bool = False, published: bool = False) -> DataFrame:
+        """Delta's own streaming source; for a published table the lake's (``lake.stream``, reading the
+        Delta log and Parquet files directly), which stops at the published version and skips rolled-back
+        runs, as Delta's cannot. Delta's source has no rows-per-trigger bound (a one-line error)."""
         if published:
-            # Delta's own source cannot stop at a published version: the lake's source reads the log
             from kraft_replay.lake.publish import PUBLISHED
             from kraft_replay.lake.stream import stream_table
 
-            detail = self._table(name).detail().collect()[0]
-            return stream_table(self.spark, self.root.child(name).uri, self.schema(name),
-                                list(detail["partitionColumns"]), max_files_per_trigger=max_files_per_trigger,
+            return stream_table(self.spark, self.root.child(name).uri, self.schema(name), self.partition_columns(name),
+                                max_files_per_trigger=max_files_per_trigger,
                                 max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
                                 skip_change_commits=skip_change_commits,
                                 published_uri=self.root.child(PUBLISHED).uri, table_name=name)
         if max_rows_per_trigger is not None:
-            raise InvalidArgumentError("backend 'delta-spark' has no rows-per-trigger limit; "
-                                       "use max_files_per_trigger")
+            raise InvalidArgumentError(f"table {name!r}: Delta's streaming source (backend 'delta-spark') has no "
+                                       "rows-per-trigger limit; use max_files_per_trigger")
         self._table(name)
         reader = self.spark.readStream.format("delta")
         if max_files_per_trigger is not None:

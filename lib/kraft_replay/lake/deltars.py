@@ -52,7 +52,14 @@ from kraft_replay.lake.errors import (
     SchemaMismatchError,
     UnknownTableError,
 )
-from kraft_replay.lake.schema import conform, same_schema, sql_ident, to_delta_schema, to_spark_schema
+from kraft_replay.lake.schema import (
+    check_partition_predicate,
+    conform,
+    same_schema,
+    sql_ident,
+    to_delta_schema,
+    to_spark_schema,
+)
 from kraft_replay.spark.session import in_small_run
 
 COMMIT_RETRIES = 20
@@ -304,6 +311,9 @@ class DeltaRsBackend:
     def version(self, name: str) -> int:
         return self._open(name).version()
 
+    def partition_columns(self, name: str) -> list[str]:
+        return list(self._open(name).metadata().partition_columns)
+
     # ---- create ------------------------------------------------------------------------------
 
     def _check_root_writable(self) -> None:
@@ -320,12 +330,6 @@ class DeltaRsBackend:
 
     def create_table(self, name: str, schema: StructType, partition_by: list[str]) -> bool:
         """Create the table if missing; an existing table must have the same schema and partitioning."""
-        if _files.STAGING_COLUMN in schema.fieldNames():
-            raise InvalidArgumentError(f"table {name!r}: column name {_files.STAGING_COLUMN!r} is reserved by the "
-                                       "embedded lake backend; rename the column")
-        missing = [c for c in partition_by if c not in schema.fieldNames()]
-        if missing:
-            raise InvalidArgumentError(f"table {name!r}: partition column {missing[0]!r} is not in the schema")
         if self.exists(name):
             snap = self._open(name)
             have = to_spark_schema(snap.schema())
@@ -548,21 +552,7 @@ class DeltaRsBackend:
     # ---- partition predicates ----------------------------------------------------------------
 
     def _check_partition_predicate(self, snap: Snapshot, predicate: str) -> None:
-        if not snap.partition_by:
-            raise InvalidArgumentError(
-                f"table {snap.name!r} is not partitioned; replace_where needs partition columns "
-                "(overwrite the whole table instead)")
-        # one row of the partition columns alone (nothing else the predicate could resolve to)
-        empty = self.spark.sql("SELECT " + ", ".join(
-            f"CAST(NULL AS {f.dataType.simpleString()}) AS {sql_ident(f.name)}"
-            for f in snap.schema.fields if f.name in snap.partition_by))
-        try:
-            empty.where(predicate)
-        except Exception as exc:  # AnalysisException / ParseException
-            msg = str(exc).strip().splitlines()[0][:200]
-            raise InvalidArgumentError(
-                f"table {snap.name!r}: predicate {predicate!r} must use only partition columns "
-                f"{snap.partition_by} ({msg})") from None
+        check_partition_predicate(self.spark, snap.name, snap.schema, snap.partition_by, predicate)
 
     def _matching_indexes(self, snap: Snapshot, rows: list[dict[str, str | None]], predicate: str) -> set[int]:
         """Which of ``rows`` (partition values as the log holds them: strings) satisfy ``predicate``,
@@ -952,10 +942,6 @@ class DeltaRsBackend:
         from kraft_replay.lake.publish import PUBLISHED
         from kraft_replay.lake.stream import stream_table
 
-        for label, value in (("max_files_per_trigger", max_files_per_trigger),
-                             ("max_rows_per_trigger", max_rows_per_trigger)):
-            if value is not None and value < 1:
-                raise InvalidArgumentError(f"{label} must be >= 1, got {value}")
         snap = self._open(name)
         if starting_version is not None and not 0 <= starting_version <= snap.version():
             raise InvalidArgumentError(f"table {name!r}: starting_version {starting_version} not in 0..{snap.version()}")
@@ -965,24 +951,6 @@ class DeltaRsBackend:
                             max_rows_per_trigger=max_rows_per_trigger, starting_version=starting_version,
                             skip_change_commits=skip_change_commits,
                             published_uri=self.location(PUBLISHED).uri, table_name=name)
-
-    def read_stream_tables(self, names: list[str], *, max_files_per_trigger: int | None = None,
-                           with_version: bool = False, tasks: int | None = None,
-                           snapshot_markers: bool = False) -> DataFrame:
-        """One streaming DataFrame over several tables, each micro-batch ending at one published moment
-        in all of them (``lake.stream.stream_tables``)."""
-        from kraft_replay.lake.publish import PUBLISHED
-        from kraft_replay.lake.stream import stream_tables
-
-        if max_files_per_trigger is not None and max_files_per_trigger < 1:
-            raise InvalidArgumentError(f"max_files_per_trigger must be >= 1, got {max_files_per_trigger}")
-        specs = []
-        for name in names:
-            snap = self._open(name)
-            specs.append((name, self.location(name).uri, to_spark_schema(snap.schema()), list(snap.metadata().partition_columns)))
-        return stream_tables(self.spark, specs, published_uri=self.location(PUBLISHED).uri,
-                             max_files_per_trigger=max_files_per_trigger, with_version=with_version, tasks=tasks,
-                             snapshot_markers=snapshot_markers)
 
     def write_stream(self, df: DataFrame, name: str, checkpoint: str, *, trigger: dict[str, Any] | None = None,
                      query_name: str | None = None) -> Any:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 
 from deltalake import Schema as DeltaSchema
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from kraft_replay.lake.errors import SchemaMismatchError
+from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError
 
 
 def to_delta_schema(schema: StructType) -> DeltaSchema:
@@ -81,3 +81,24 @@ def conform(table: str, table_schema: StructType, df: DataFrame) -> DataFrame:
             f"(table columns: {', '.join(table_names)}); drop it or recreate the table"
         )
     return df.select(*table_names)
+
+
+def check_partition_predicate(spark: SparkSession, name: str, schema: StructType, partition_by: list[str],
+                              predicate: str) -> None:
+    """A ``replace_where`` / ``where`` predicate must resolve against ``name``'s partition columns alone
+    (an :class:`InvalidArgumentError` in one line otherwise): it is checked on an empty frame of those
+    columns, which Spark analyses on the driver."""
+    if not partition_by:
+        raise InvalidArgumentError(
+            f"table {name!r} is not partitioned; replace_where needs partition columns "
+            "(overwrite the whole table instead)")
+    empty = spark.sql("SELECT " + ", ".join(
+        f"CAST(NULL AS {f.dataType.simpleString()}) AS {sql_ident(f.name)}"
+        for f in schema.fields if f.name in partition_by))
+    try:
+        empty.where(predicate)
+    except Exception as exc:  # AnalysisException / ParseException
+        msg = str(exc).strip().splitlines()[0][:200]
+        raise InvalidArgumentError(
+            f"table {name!r}: predicate {predicate!r} must use only partition columns "
+            f"{list(partition_by)} ({msg})") from None

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 EPILOG = """examples:
   kraft-replay sql --lake ./lake "SELECT broker_id, max(offset_lag_p99) FROM cache_lag GROUP BY broker_id"
   kraft-replay sql --lake ./lake "SELECT count(*) FROM metadata_log@v1"            # version 1 of a table
+  kraft-replay --backend delta-spark sql --lake ./lake "DESCRIBE HISTORY delta.\`$PWD/lake/topics\`"  # Delta's SQL
   kraft-replay sql --lake ./lake "SELECT * FROM partitions_as_of('C', 7751)" --json
   kraft-replay sql --lake ./lake "SELECT * FROM partitions_broker_view('C', 3, TIMESTAMP'2025-06-01 09:00:00')"
   kraft-replay sql --lake ./lake                                               # interactive shell

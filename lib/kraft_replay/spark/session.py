@@ -133,6 +133,15 @@ DELTA_SQL_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+#: Delta's defaults are sized for a cluster's tables: each new snapshot of a table's log is rebuilt by a
+#: job of 50 tasks, and VACUUM lists a table's directories with 10,000 tasks. On a local master those
+#: tasks are nothing but overhead (a VACUUM of a small table: 58 s of 10,000 empty tasks on 2 cores),
+#: so a local session with the delta-spark jar sizes them to its cores; a profile's conf overrides them
+DELTA_LOCAL_CONF = {
+    "spark.databricks.delta.snapshotPartitions": "{cores}",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "{cores}",
+}
+
 
 class SessionError(RuntimeError):
     """The session cannot be built as asked (one line: why, and what to do)."""
@@ -140,6 +149,14 @@ class SessionError(RuntimeError):
 
 def _is_local(master: str | None) -> bool:
     return master is not None and master.startswith("local")
+
+
+def _local_cores(master: str) -> int:
+    """The worker threads of a local master (``local``: 1, ``local[N]``, ``local[*]``: the machine's cores)."""
+    m = re.match(r"local\[(\d+|\*)", master)
+    if m is None:
+        return 1
+    return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
 
 
 def delta_jar_configured(settings: dict[str, str]) -> bool:
@@ -459,6 +476,9 @@ def get_spark(profile: str | Profile = "local", *, delta: bool = False, **overri
     if (sp.delta_sql or delta) and delta_jar_configured(settings):
         for key, value in DELTA_SQL_CONF.items():
             settings.setdefault(key, value)
+        if local:
+            for key, value in DELTA_LOCAL_CONF.items():
+                settings.setdefault(key, value.format(cores=_local_cores(master)))
     if not local:
         shipped = [f for f in settings.get("spark.submit.pyFiles", "").split(",") if f]
         settings["spark.submit.pyFiles"] = ",".join([*shipped, str(package_zip())])

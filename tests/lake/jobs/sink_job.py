@@ -2,7 +2,7 @@
 
 After the sink has committed batch ``KILL_AFTER`` to Delta - and before Spark records the batch as
 done in the checkpoint - it writes ``MARKER`` and hangs, so the test can SIGKILL it right there.
-Usage: sink_job.py LAKE_ROOT CHECKPOINT MARKER KILL_AFTER
+Usage: sink_job.py LAKE_ROOT CHECKPOINT MARKER KILL_AFTER BACKEND
 """
 
 import sys
@@ -12,9 +12,9 @@ from pathlib import Path
 from kraft_replay.lake import Lake
 from kraft_replay.spark import get_spark
 
-root, checkpoint, marker, kill_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-spark = get_spark("test")
-lake = Lake(root, spark, backend="deltars", target_file_rows=10_000)
+root, checkpoint, marker, kill_after, backend_name = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+spark = get_spark("test", delta=backend_name == "delta-spark")
+lake = Lake(root, spark, backend=backend_name, target_file_rows=10_000)
 backend = lake._impl
 original_write = backend.write
 
