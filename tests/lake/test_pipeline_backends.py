@@ -1,10 +1,11 @@
-"""The whole pipeline on native Delta: ``kraft-replay --backend delta-spark demo --scenario tiny`` (generate,
-segment files, ingest, replay, outcomes, report) writes the tables the embedded backend writes, and
-delta-rs reads them."""
+"""The pipeline on native Delta: ``kraft-replay --backend delta-spark`` generate, replay, outcomes and
+report of the tiny cluster write the tables the embedded backend writes, delta-rs reads them, and Delta's
+own SQL reads them through ``kraft-replay sql``."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from chispa import assert_df_equality
@@ -12,17 +13,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from kraft_replay.lake import Lake
-from kraft_replay.lake.keys import KEY_ENV
+from kraft_replay.lake.keys import KEY_DIR
 from kraft_replay.lake.reader import LakeReader
 
 #: columns a run stamps with its own id or clock (each run of the pipeline differs there)
 RUN_COLUMNS = {"run_id", "ingested_at", "replayed_at", "computed_at", "published_at", "generated_at"}
-
-
-def _demo(backend: str, lake: Path) -> None:
-    from kraft_replay.serve.cli import main
-
-    assert main(["--profile", "test", "--backend", backend, "demo", "--scenario", "tiny", "--lake", str(lake)]) == 0
 
 
 def _comparable(lake: Lake, name: str):
@@ -33,18 +28,28 @@ def _comparable(lake: Lake, name: str):
                        for f in df.schema.fields if f.name not in RUN_COLUMNS])
 
 
-def test_the_demo_on_delta_spark_writes_the_embedded_backends_tables(spark, tmp_path, capsys, monkeypatch):
-    embedded_root, native_root = tmp_path / "embedded", tmp_path / "native"
-    monkeypatch.setenv(KEY_ENV, "5a" * 32)  # one fingerprint key for both lakes: the same fingerprints
-    _demo("deltars", embedded_root)
-    _demo("delta-spark", native_root)
+def test_the_pipeline_on_delta_spark_writes_the_embedded_backends_tables(spark, gold_tiny, tmp_path, capsys):
+    """generate, replay, outcomes and report of the tiny cluster with ``--backend delta-spark``, each the
+    CLI in this process (its session carries Delta's jars): every table equals the embedded backend's
+    (the suite's shared ``gold_tiny`` lake: the same commands on ``deltars``), and delta-rs reads it.
+    The lake takes the embedded lake's fingerprint key, so credentials fingerprint alike."""
+    from kraft_replay.serve.cli import main
+
+    native_root = tmp_path / "native"
+    native_root.mkdir()
+    shutil.copytree(Path(gold_tiny.root.replace("file://", "")) / KEY_DIR, native_root / KEY_DIR)
+    base = ["--profile", "test", "--backend", "delta-spark"]
+    for argv in (["generate", "--scenario", "tiny"], ["replay"], ["outcomes"],
+                 ["report", "--out", str(tmp_path / "report.html")]):
+        assert main([*base, *argv, "--lake", str(native_root)]) == 0, argv
     capsys.readouterr()
-    embedded = Lake(str(embedded_root), spark, backend="deltars")
+    assert (tmp_path / "report.html").stat().st_size > 0
+    embedded = gold_tiny
     native = Lake(str(native_root), spark, backend="delta-spark")
     names = embedded.table_names()
-    assert native.table_names() == names and len(names) >= 30, names
-    history = native.history("metadata_log")
-    assert history[0]["engineInfo"].startswith("Apache-Spark/") and "Delta-Lake/" in history[0]["engineInfo"], history[0]
+    assert native.table_names() == names and len(names) >= 30, (native.table_names(), names)
+    history = native.history("partitions")
+    assert "Delta-Lake/" in history[0]["engineInfo"], history[0]  # written by Delta's own writer
     reader = LakeReader(native.root)
     for name in names:
         want = _comparable(embedded, name)

@@ -8,8 +8,14 @@ used otherwise. Every operation maps onto one delta-spark call:
   writes (``txnAppId`` / ``txnVersion`` options, the same ``txn`` action the embedded backend writes)
 - read / time travel: ``versionAsOf`` / ``timestampAsOf``
 - merge: ``DeltaTable.merge`` (with the txn in ``spark.databricks.delta.write.txnAppId/txnVersion``)
-- compact / vacuum / history: ``optimize().executeCompaction()``, ``vacuum``, ``history``
-- streaming: ``readStream.format("delta")`` (``maxFilesPerTrigger``) and the same foreachBatch +
+- compact / vacuum / history: ``optimize().executeCompaction()``, ``vacuum`` (its ``DRY RUN`` first
+  names the files it deletes), ``history`` (timestamps as epoch milliseconds, as delta-rs gives them)
+- a table's newest version: from its log's file names (no Spark job; ``history`` where they do not say)
+- bad input: the argument checks the embedded backend makes (``schema.check_partition_predicate``, the
+  txn, merge keys, read_arrow filters), then Delta's error classes as the lake's one-line errors
+  (:data:`_DELTA_ERRORS`)
+- streaming: ``readStream.format("delta")`` (``maxFilesPerTrigger``, ``startingVersion``,
+  ``skipChangeCommits``; no rows-per-trigger bound) and the same foreachBatch +
   txn sink as the embedded backend; a table that has been published (``lake.publish``) is streamed
   by the lake's own source instead (``lake.stream``: it stops at the published version and skips
   rolled-back runs, which Delta's source cannot), reading the Delta log and Parquet files directly.
