@@ -282,15 +282,15 @@ def main() -> int:
         ap.error("--copy-files copies whole tables: not with --cut")
     if args.cli and args.cut:
         ap.error("--cli replays the whole bronze lake: not with --cut")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends or any(b not in ("deltars", "delta-spark") for b in backends):
+        ap.error(f"--backends: a comma-separated list of deltars and delta-spark, got {args.backends!r}")
     args.data_dir.mkdir(parents=True, exist_ok=True)
     src = bronze_lake(args.data_dir, args.scenario)
     if args.spark_phase is not None:
         print("RESULT " + json.dumps(spark_phase(args, src, args.spark_phase)), flush=True)
         return 0
 
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if not backends or any(b not in ("deltars", "delta-spark") for b in backends):
-        ap.error(f"--backends: a comma-separated list of deltars and delta-spark, got {args.backends!r}")
     out_root = Path(tempfile.mkdtemp(prefix="kraft-bench-replay-"))
     try:
         results = {}
