@@ -56,8 +56,9 @@ def test_lake_errors_are_one_line_with_exit_2(spark, tmp_path, capsys):
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "'broken'" in err and "_delta_log" in err
 
+    # the native backend (the suite's session carries Delta's jars) says the same in one line
     code, _, err = _main(capsys, "--lake", str(tmp_path / "l"), "--backend", "delta-spark", "tables")
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "io.delta.tables.DeltaTable" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "'broken'" in err and "_delta_log" in err, err
 
 
 @pytest.mark.parametrize("argv", [
