@@ -214,9 +214,10 @@ class DeltaSparkBackend:
 
         DeltaRsBackend._check_txn(txn)
         before = self.version(name)
-        df = conform(name, schema or self.schema(name), df)
+        have = self.schema(name)
+        df = conform(name, schema or have, df)
         if replace_where is not None:
-            check_partition_predicate(self.spark, name, self.schema(name), self.partition_columns(name), replace_where)
+            check_partition_predicate(self.spark, name, have, self.partition_columns(name), replace_where)
         self._check_writable(name)
         writer = df.write.format("delta").mode(mode).option("maxRecordsPerFile", self.target_file_rows)
         if schema is not None:  # a whole-table overwrite that sets the schema: Delta's overwriteSchema
