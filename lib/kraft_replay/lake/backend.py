@@ -96,7 +96,7 @@ def make_backend(requested: str, root: str, spark: SparkSession | None, target_f
     if kind == "delta-spark":
         from kraft_replay.lake.delta_spark import DeltaSparkBackend
 
-        return DeltaSparkBackend(root, spark, target_file_rows)
+        return DeltaSparkBackend(root, spark, target_file_rows, storage_options)
     from kraft_replay.lake.deltars import DeltaRsBackend
 
     return DeltaRsBackend(root, spark, target_file_rows, storage_options)

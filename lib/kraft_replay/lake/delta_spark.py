@@ -19,10 +19,11 @@ used otherwise. Every operation maps onto one delta-spark call:
   txn sink as the embedded backend; a table that has been published (``lake.publish``) is streamed
   by the lake's own source instead (``lake.stream``: it stops at the published version and skips
   rolled-back runs, which Delta's source cannot), reading the Delta log and Parquet files directly.
-- published versions (``lake.publish``): the ``_published`` table read and overwritten with
-  ``format("delta")``; rollback with ``DeltaTable.restoreToVersion``. Delta's RESTORE keeps the
-  ``txn`` app ids the rolled-back commits recorded, so writers inside a run use app ids unique to
-  the run (the embedded backend resets them in its rollback commit).
+- published versions (``lake.publish``): the lake's ``_published`` table read and overwritten by
+  delta-rs (a driver-only handle, as the live path commits; no Spark job per reader); rollback with
+  ``DeltaTable.restoreToVersion``. Delta's RESTORE keeps the ``txn`` app ids the rolled-back commits
+  recorded, so writers inside a run use app ids unique to the run (the embedded backend resets them
+  in its rollback commit).
 
 Tables are interchangeable between backends: both write standard Delta tables.
 """
@@ -92,8 +93,11 @@ class DeltaSparkBackend:
 
     name = "delta-spark"
 
-    def __init__(self, root: str, spark: SparkSession, target_file_rows: int) -> None:
+    def __init__(self, root: str, spark: SparkSession, target_file_rows: int,
+                 storage_options: dict[str, str] | None = None) -> None:
         from delta.tables import DeltaTable  # python half of delta-spark (pip package)
+
+        from kraft_replay.lake.deltars import DeltaRsBackend
 
         self._DeltaTable = DeltaTable
         self.root = _files.Location.of(root)
@@ -105,7 +109,10 @@ class DeltaSparkBackend:
         self.target_file_rows = int(target_file_rows)
         self._heads: dict[str, int] = {}                    # table -> newest commit seen (see version)
         self._parts: dict[str, list[str]] = {}              # table -> partition columns (fixed at create)
-        self._published: tuple[int, dict[str, dict[str, Any]]] | None = None  # (_published version, rows)
+        # the lake's own control table ``_published`` (a few rows, read by every reader and rewritten by every
+        # publish) goes through a driver-only delta-rs handle: through Spark each read and each publish was a
+        # job (0.7 s), two to three per run
+        self._control = DeltaRsBackend(root, None, target_file_rows, storage_options)
 
     def _path(self, name: str) -> str:
         """Spark's path of a table; a local one as Hadoop qualifies it (``file:/x``): Delta's catalog
@@ -188,9 +195,11 @@ class DeltaSparkBackend:
         return v
 
     def partition_columns(self, name: str) -> list[str]:
+        """Fixed when the table is made: read once from its log's metadata by delta-rs (Delta's ``DESCRIBE
+        DETAIL`` runs a job, 0.3 s, for each table a command opens)."""
         if name not in self._parts:
-            with self._errors(name):
-                self._parts[name] = list(self._table(name).detail().collect()[0]["partitionColumns"])
+            self._table(name)  # the lake's one-line errors for a missing or broken table
+            self._parts[name] = self._control.partition_columns(name)
         return list(self._parts[name])
 
     def create_table(self, name: str, schema: StructType, partition_by: list[str]) -> bool:
@@ -292,13 +301,18 @@ class DeltaSparkBackend:
 
     def _committed(self, name: str, before: int, rows: str, files: str, removed: str) -> CommitResult:
         """The commit a write made after version ``before``, with its rows and files as Delta's own
-        operation metrics count them (``DESCRIBE HISTORY``); skipped when there is none (an idempotent
-        write whose txn was already committed)."""
-        last = self._table(name).history(1).collect()[0]
-        if int(last["version"]) == before:
+        operation metrics count them (its ``commitInfo``, read from the commit's file: what ``DESCRIBE
+        HISTORY`` shows, without a snapshot load); skipped when there is none (an idempotent write whose
+        txn was already committed)."""
+        from kraft_replay.lake.publish import commit_actions
+
+        version = self.version(name)
+        if version == before:
             return CommitResult(name, None, skipped=True)
-        metrics = last["operationMetrics"] or {}
-        return CommitResult(name, int(last["version"]), files=int(metrics.get(files, 0)), rows=int(metrics.get(rows, 0)),
+        info = next((a["commitInfo"] for a in commit_actions(self.root.child(name), version) or []
+                     if "commitInfo" in a), {})
+        metrics = info.get("operationMetrics") or {}
+        return CommitResult(name, version, files=int(metrics.get(files, 0)), rows=int(metrics.get(rows, 0)),
                             removed_files=int(metrics.get(removed, 0)))
 
     def rewrite(self, name: str, fn: Any, replace_where: str, touched: Any, columns: list[str],
@@ -335,39 +349,19 @@ class DeltaSparkBackend:
 
     def table_info(self, name: str, version: int | None = None) -> tuple[int, int, StructType, list[str], int]:
         """(version, rows, schema, partition columns, files) of the latest snapshot (or of ``version``)."""
-        detail = self._table(name).detail().collect()[0]
+        version = self.version(name) if version is None else int(version)
         df = self.read(name, version=version)
-        if version is None:
-            return (self.version(name), df.count(), df.schema, list(detail["partitionColumns"]),
-                    int(detail["numFiles"]))
-        return (int(version), df.count(), df.schema, list(detail["partitionColumns"]), len(df.inputFiles()))
+        return version, df.count(), df.schema, self.partition_columns(name), len(df.inputFiles())
 
     # ---- published versions (see lake.publish) -----------------------------------------------
 
     def read_published(self) -> dict[str, dict[str, Any]]:
-        """The ``_published`` rows by table name ({} when nothing was ever published)."""
-        from kraft_replay.lake.publish import PUBLISHED
-
-        if not self.exists(PUBLISHED):
-            return {}
-        version = self.version(PUBLISHED)
-        if self._published is None or self._published[0] != version:  # read once per version
-            rows = (self.spark.read.format("delta").option("versionAsOf", version).load(self._path(PUBLISHED))
-                    .collect())
-            self._published = (version, {r["table_name"]: r.asDict() for r in rows})
-        return {k: dict(v) for k, v in self._published[1].items()}
+        """The ``_published`` rows by table name ({} when nothing was ever published), read by delta-rs."""
+        return self._control.read_published()
 
     def write_published(self, rows: list[dict[str, Any]], run_id: str) -> int:
-        """Replace the ``_published`` rows in one commit (the visibility point); returns its version."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        from kraft_replay.lake.publish import PUBLISHED, PUBLISHED_SCHEMA
-
-        schema = from_arrow_schema(PUBLISHED_SCHEMA)
-        df = self.spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows], schema)
-        (df.coalesce(1).write.format("delta").mode("overwrite")
-         .option("userMetadata", f"kraft_replay PUBLISH {run_id}").save(self._path(PUBLISHED)))
-        return self.version(PUBLISHED)
+        """Replace the ``_published`` rows in one delta-rs commit (the visibility point); returns its version."""
+        return self._control.write_published(rows, run_id)
 
     def restore(self, name: str, version: int, txns: dict[str, int] | None = None) -> int:
         """Restore ``name`` to ``version`` in one new commit (a rollback); returns the new version.
