@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from kraft_replay.lake import files as _files
-from kraft_replay.lake.deltars import CommitResult
+from kraft_replay.lake.deltars import CommitResult, DeltaRsBackend
 from kraft_replay.lake.errors import (
     CorruptTableError,
     InvalidArgumentError,
@@ -96,8 +96,6 @@ class DeltaSparkBackend:
     def __init__(self, root: str, spark: SparkSession, target_file_rows: int,
                  storage_options: dict[str, str] | None = None) -> None:
         from delta.tables import DeltaTable  # python half of delta-spark (pip package)
-
-        from kraft_replay.lake.deltars import DeltaRsBackend
 
         self._DeltaTable = DeltaTable
         self.root = _files.Location.of(root)
@@ -219,8 +217,6 @@ class DeltaSparkBackend:
 
     def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
               txn: tuple[str, int] | None = None, schema: StructType | None = None) -> CommitResult:
-        from kraft_replay.lake.deltars import DeltaRsBackend
-
         DeltaRsBackend._check_txn(txn)
         before = self.version(name)
         have = self.schema(name)
@@ -272,8 +268,6 @@ class DeltaSparkBackend:
         return df.select(*columns).toArrow()
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
-        from kraft_replay.lake.deltars import DeltaRsBackend
-
         DeltaRsBackend._check_txn(txn)
         table = self._table(name)
         have = table.toDF().schema
