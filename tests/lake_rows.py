@@ -1,0 +1,28 @@
+"""Two lakes' tables compared row by row on the driver: each table as readers see it (its published
+version), read with ``Lake.read_arrow`` (delta-rs on the embedded backend: no Spark job), every row as
+sorted JSON. For tests whose subject is what a run wrote, not how Spark reads it back: a lake's Spark
+reads are tested in tests/lake, and chispa compares DataFrames where a test builds them."""
+
+from __future__ import annotations
+
+import json
+
+
+def table_rows(lake, name: str) -> list[str]:  # noqa: ANN001 - a Lake
+    """The rows of ``name`` as readers see it, each as JSON with sorted keys, sorted."""
+    table = lake.read_arrow(name, lake.columns(name))
+    return sorted(json.dumps(r, default=str, sort_keys=True) for r in table.to_pylist())
+
+
+def assert_same_tables(got, want, tables) -> None:  # noqa: ANN001 - two Lakes, table names
+    """Each of ``tables`` exists in both lakes or in neither, and holds the same rows in both (any
+    order, duplicates counted); a mismatch names the table, the row counts and a row found on one side only."""
+    for name in tables:
+        assert got.exists(name) == want.exists(name), f"{name}: exists {got.exists(name)}, expected {want.exists(name)}"
+        if not want.exists(name):
+            continue
+        a, b = table_rows(got, name), table_rows(want, name)
+        if a != b:
+            only_got, only_want = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+            raise AssertionError(f"{name}: {len(a)} rows, expected {len(b)}; "
+                                 f"first row only expected: {only_want[:1]}; first row only got: {only_got[:1]}")
