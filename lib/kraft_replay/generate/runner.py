@@ -51,7 +51,7 @@ from kraft_replay.generate.requests import (
 from kraft_replay.generate.scenario import Scenario
 from kraft_replay.generate.snapshots import bootstrap_records, snapshot_control_table, snapshot_records
 from kraft_replay.generate.timelines import BROKER_PROGRESS_SCHEMA, broker_progress
-from kraft_replay.spark import session_conf
+from kraft_replay.spark import session_conf, small_run_conf
 
 SCENARIO_EVENTS_SCHEMA = schema(
     "cluster_id string, event_id int, event_type string, start_time timestamp, end_time timestamp, "
@@ -151,7 +151,9 @@ def _write_tables(spark: SparkSession, lake, plan: Plan, scenario: Scenario, res
     write_metadata_log(spark, lake, plan, where, progress=progress, secrets_key=secrets_key)
     res.seconds["metadata_log"] = time.time() - t
     progress(f"wrote metadata_log in {res.seconds['metadata_log']:.1f}s")
-    with session_conf(spark, DERIVED_CONF):
+    # a small scenario's derived tables (a few thousand rows each) on interpreted expressions, without adaptive
+    # execution (spark.sized_run): generated code for their wide JSON expressions costs more than it saves
+    with session_conf(spark, {**DERIVED_CONF, **small_run_conf(plan.total_records)}):
         log = lake.read("metadata_log", where=where, latest=True)  # this run's rows, not yet published
         # snapshots: data records from the log's state, control rows for header/footer
         t_snap = time.time()
