@@ -50,6 +50,8 @@ from kraft_replay.lake.errors import (
     LakeError,
     SchemaMismatchError,
     UnknownTableError,
+    check_merge_keys,
+    check_txn,
 )
 from kraft_replay.lake.schema import check_partition_predicate, conform, same_schema, sql_ident
 
@@ -141,13 +143,17 @@ class DeltaSparkBackend:
                 raise
             raise mapped from None
 
-    def _table(self, name: str) -> Any:
+    def _require(self, name: str) -> None:
+        """A missing table, or a directory without a log, refused in one line (no Spark job)."""
         if not self.exists(name):
             loc = self.root.child(name)
             if loc.fs.get_file_info(loc.fs_path).type == pafs.FileType.Directory:
                 raise CorruptTableError(f"table {name!r} at {self._path(name)} has no _delta_log directory; restore "
                                         "it from backup or delete the directory and recreate the table")
             raise UnknownTableError(name, self._path(name), self.table_names())
+
+    def _table(self, name: str) -> Any:
+        self._require(name)
         with self._errors(name):
             return self._DeltaTable.forPath(self.spark, self._path(name))
 
@@ -196,7 +202,7 @@ class DeltaSparkBackend:
         """Fixed when the table is made: read once from its log's metadata by delta-rs (Delta's ``DESCRIBE
         DETAIL`` runs a job, 0.3 s, for each table a command opens)."""
         if name not in self._parts:
-            self._table(name)  # the lake's one-line errors for a missing or broken table
+            self._require(name)  # spelt as this backend's other errors; an unreadable log: delta-rs's one line
             self._parts[name] = self._control.partition_columns(name)
         return list(self._parts[name])
 
@@ -217,7 +223,7 @@ class DeltaSparkBackend:
 
     def write(self, name: str, df: DataFrame, *, mode: str, replace_where: str | None = None,
               txn: tuple[str, int] | None = None, schema: StructType | None = None) -> CommitResult:
-        DeltaRsBackend._check_txn(txn)
+        check_txn(txn)
         before = self.version(name)
         have = self.schema(name)
         df = conform(name, schema or have, df)
@@ -268,14 +274,10 @@ class DeltaSparkBackend:
         return df.select(*columns).toArrow()
 
     def merge(self, name: str, df: DataFrame, keys: list[str], txn: tuple[str, int] | None = None) -> CommitResult:
-        DeltaRsBackend._check_txn(txn)
+        check_txn(txn)
         table = self._table(name)
         have = table.toDF().schema
-        missing = [k for k in keys if k not in have.fieldNames()]
-        if not keys or missing:
-            raise InvalidArgumentError(f"table {name!r}: merge key {missing[0]!r} is not a column (columns: "
-                                       f"{', '.join(have.fieldNames())})" if missing else
-                                       f"table {name!r}: merge needs at least one key column")
+        check_merge_keys(name, keys, have.fieldNames())
         batch = conform(name, have, df)
         self._check_writable(name)
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)

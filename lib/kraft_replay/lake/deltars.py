@@ -51,6 +51,8 @@ from kraft_replay.lake.errors import (
     LakeNotWritableError,
     SchemaMismatchError,
     UnknownTableError,
+    check_merge_keys,
+    check_txn,
 )
 from kraft_replay.lake.schema import (
     check_partition_predicate,
@@ -478,14 +480,6 @@ class DeltaRsBackend:
         _staged.write_staged_arrow(info, df.toArrow(), part_id="driver")
 
     @staticmethod
-    def _check_txn(txn: tuple[str, int] | None) -> None:
-        if txn is None:
-            return
-        if not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str) and txn[0]
-                and isinstance(txn[1], int) and txn[1] >= 0):
-            raise InvalidArgumentError(f"txn must be (app_id: non-empty str, version: int >= 0), got {txn!r}")
-
-    @staticmethod
     def _txn_done(dt: DeltaTable, txn: tuple[str, int] | None) -> bool:
         if txn is None:
             return False
@@ -505,7 +499,7 @@ class DeltaRsBackend:
               txn: tuple[str, int] | None = None, schema: StructType | None = None) -> CommitResult:
         """Append or overwrite (whole table or the partitions matching ``replace_where``), atomically;
         ``schema``: a whole-table overwrite that also sets the table's schema (columns dropped or added)."""
-        self._check_txn(txn)
+        check_txn(txn)
         if schema is not None and (mode != "overwrite" or replace_where is not None):
             raise InvalidArgumentError(f"table {name!r}: a new schema is written by a whole-table overwrite only")
         snap = self._as_schema(self.snapshot(name), schema)
@@ -731,9 +725,8 @@ class DeltaRsBackend:
         A concurrent commit that removes one of the same files makes the commit fail; the whole
         merge is then retried on the new snapshot.
         """
-        self._check_txn(txn)
-        if not keys:
-            raise InvalidArgumentError(f"table {name!r}: merge needs at least one key column")
+        check_txn(txn)
+        check_merge_keys(name, keys)
         for attempt in range(_OP_RETRIES):
             snap = self.merge_snapshot(name, keys, txn)
             if snap is None:
@@ -784,10 +777,7 @@ class DeltaRsBackend:
         snap = self.snapshot(name)
         if self._txn_done(snap.table, txn):
             return None
-        missing = [k for k in keys if k not in snap.schema.fieldNames()]
-        if missing:
-            raise InvalidArgumentError(f"table {name!r}: merge key {missing[0]!r} is not a column "
-                                       f"(columns: {', '.join(snap.schema.fieldNames())})")
+        check_merge_keys(name, keys, snap.schema.fieldNames())
         return snap
 
     def compaction_groups(self, snap: Snapshot, min_files: int, small_rows: int | None) -> list[list[FileEntry]]:

@@ -43,3 +43,24 @@ class BackendUnavailableError(LakeError):
 
 class InvalidArgumentError(LakeError):
     """A bad table name, predicate, or option was passed to the lake API."""
+
+
+def check_txn(txn: tuple[str, int] | None) -> None:
+    """A write's idempotency token, on every backend: None, or ``(app id: a non-empty str, version: an
+    int >= 0)``; anything else is refused in one line."""
+    if txn is None:
+        return
+    if not (isinstance(txn, tuple) and len(txn) == 2 and isinstance(txn[0], str) and txn[0]
+            and isinstance(txn[1], int) and txn[1] >= 0):
+        raise InvalidArgumentError(f"txn must be (app_id: non-empty str, version: int >= 0), got {txn!r}")
+
+
+def check_merge_keys(name: str, keys: list[str], columns: list[str] | None = None) -> None:
+    """A merge's keys, on every backend: at least one, and (``columns``: the table's) each a column of
+    the table; refused in one line naming the table."""
+    if not keys:
+        raise InvalidArgumentError(f"table {name!r}: merge needs at least one key column")
+    missing = [] if columns is None else [k for k in keys if k not in columns]
+    if missing:
+        raise InvalidArgumentError(f"table {name!r}: merge key {missing[0]!r} is not a column "
+                                   f"(columns: {', '.join(columns)})")

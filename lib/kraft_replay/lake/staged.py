@@ -27,7 +27,7 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from kraft_replay.lake import files as _files
-from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError
+from kraft_replay.lake.errors import InvalidArgumentError, SchemaMismatchError, check_merge_keys, check_txn
 from kraft_replay.lake.schema import same_type
 
 __all__ = ["StagedWrite", "write_staged_arrow", "read_staged", "merge_arrow", "Compaction", "plan_compaction",
@@ -420,7 +420,7 @@ def _commit_deltars(backend, staged: StagedWrite, txn: tuple[str, int] | None,  
     from kraft_replay.lake.errors import CommitConflictError
 
     name = staged.table
-    backend._check_txn(txn)
+    check_txn(txn)
     loc = backend.location(name)
     try:
         snap = backend.snapshot(name)
@@ -574,9 +574,8 @@ def merge_arrow(backend, name: str, rows: pa.Table, keys: list[str],  # noqa: AN
     from kraft_replay.lake.deltars import _OP_RETRIES, CommitResult
     from kraft_replay.lake.errors import CommitConflictError
 
-    backend._check_txn(txn)
-    if not keys:
-        raise InvalidArgumentError(f"table {name!r}: merge needs at least one key column")
+    check_txn(txn)
+    check_merge_keys(name, keys)
     loc = backend.location(name)
     for attempt in range(_OP_RETRIES):
         snap = backend.merge_snapshot(name, keys, txn)
@@ -771,7 +770,7 @@ def rewrite_arrow(backend, name: str, partition: dict[str, str], fn, touched=Non
     from kraft_replay.lake.deltars import CommitResult
     from kraft_replay.lake.errors import CommitConflictError
 
-    backend._check_txn(txn)
+    check_txn(txn)
     loc = backend.location(name)
     snap = backend.snapshot(name)
     if backend._txn_done(snap.table, txn):
