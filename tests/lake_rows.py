@@ -8,15 +8,21 @@ from __future__ import annotations
 import json
 
 
-def table_rows(lake, name: str) -> list[str]:  # noqa: ANN001 - a Lake
-    """The rows of ``name`` as readers see it, each as JSON with sorted keys, sorted."""
-    table = lake.read_arrow(name, lake.columns(name))
+def json_rows(table) -> list[str]:  # noqa: ANN001 - a pyarrow Table
+    """Each row of ``table`` as JSON with sorted keys, sorted: two tables hold the same rows when these are equal."""
     return sorted(json.dumps(r, default=str, sort_keys=True) for r in table.to_pylist())
 
 
-def assert_same_tables(got, want, tables) -> None:  # noqa: ANN001 - two Lakes, table names
+def table_rows(lake, name: str) -> list[str]:  # noqa: ANN001 - a Lake
+    """The rows of ``name`` as readers see it (:func:`json_rows`)."""
+    return json_rows(lake.read_arrow(name, lake.columns(name)))
+
+
+def assert_same_tables(got, want, tables) -> dict[str, int]:  # noqa: ANN001 - two Lakes, table names
     """Each of ``tables`` exists in both lakes or in neither, and holds the same rows in both (any
-    order, duplicates counted); a mismatch names the table, the row counts and a row found on one side only."""
+    order, duplicates counted); a mismatch names the table, the row counts and a row found on one side only.
+    Returns the rows of each table that exists."""
+    rows: dict[str, int] = {}
     for name in tables:
         assert got.exists(name) == want.exists(name), f"{name}: exists {got.exists(name)}, expected {want.exists(name)}"
         if not want.exists(name):
@@ -26,3 +32,5 @@ def assert_same_tables(got, want, tables) -> None:  # noqa: ANN001 - two Lakes, 
             only_got, only_want = sorted(set(a) - set(b)), sorted(set(b) - set(a))
             raise AssertionError(f"{name}: {len(a)} rows, expected {len(b)}; "
                                  f"first row only expected: {only_want[:1]}; first row only got: {only_got[:1]}")
+        rows[name] = len(b)
+    return rows

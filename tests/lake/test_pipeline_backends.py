@@ -15,6 +15,7 @@ from pyspark.sql.types import StringType
 from kraft_replay.lake import Lake
 from kraft_replay.lake.keys import KEY_DIR
 from kraft_replay.lake.reader import LakeReader
+from lake_rows import json_rows
 
 #: columns a run stamps with its own id or clock (each run of the pipeline differs there)
 RUN_COLUMNS = {"run_id", "ingested_at", "replayed_at", "computed_at", "published_at", "generated_at"}
@@ -44,7 +45,7 @@ def _rows(reader: LakeReader, name: str) -> list[str]:
     table = reader.scan(name)
     table = table.drop_columns([c for c in table.column_names if c in RUN_COLUMNS | SOURCE_COLUMNS])
     root = reader.root.replace("file://", "")
-    return sorted(json.dumps(r, default=str, sort_keys=True).replace(root, "<lake>") for r in table.to_pylist())
+    return sorted(r.replace(root, "<lake>") for r in json_rows(table))
 
 
 def test_the_pipeline_on_delta_spark_writes_the_embedded_backends_tables(spark, gold_tiny, tiny_generated, tmp_path,
