@@ -13,21 +13,23 @@ def json_rows(table) -> list[str]:  # noqa: ANN001 - a pyarrow Table
     return sorted(json.dumps(r, default=str, sort_keys=True) for r in table.to_pylist())
 
 
-def table_rows(lake, name: str) -> list[str]:  # noqa: ANN001 - a Lake
-    """The rows of ``name`` as readers see it (:func:`json_rows`)."""
-    return json_rows(lake.read_arrow(name, lake.columns(name)))
+def table_rows(lake, name: str, ignore: frozenset[str] = frozenset()) -> list[str]:  # noqa: ANN001 - a Lake
+    """The rows of ``name`` as readers see it (:func:`json_rows`), without the columns ``ignore`` names."""
+    return json_rows(lake.read_arrow(name, [c for c in lake.columns(name) if c not in ignore]))
 
 
-def assert_same_tables(got, want, tables) -> dict[str, int]:  # noqa: ANN001 - two Lakes, table names
-    """Each of ``tables`` exists in both lakes or in neither, and holds the same rows in both (any
-    order, duplicates counted); a mismatch names the table, the row counts and a row found on one side only.
-    Returns the rows of each table that exists."""
+def assert_same_tables(got, want, tables, ignore: frozenset[str] = frozenset()) -> dict[str, int]:  # noqa: ANN001 - two Lakes, table names
+    """Each of ``tables`` exists in both lakes or in neither, with the same columns, and holds the same
+    rows in both (any order, duplicates counted; the columns ``ignore`` names left out: a run's own
+    stamps); a mismatch names the table, the row counts and a row found on one side only. Returns the
+    rows of each table that exists."""
     rows: dict[str, int] = {}
     for name in tables:
         assert got.exists(name) == want.exists(name), f"{name}: exists {got.exists(name)}, expected {want.exists(name)}"
         if not want.exists(name):
             continue
-        a, b = table_rows(got, name), table_rows(want, name)
+        assert got.columns(name) == want.columns(name), (name, got.columns(name), want.columns(name))
+        a, b = table_rows(got, name, ignore), table_rows(want, name, ignore)
         if a != b:
             only_got, only_want = sorted(set(a) - set(b)), sorted(set(b) - set(a))
             raise AssertionError(f"{name}: {len(a)} rows, expected {len(b)}; "
