@@ -10,13 +10,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test venv deps jars bench clean
 
-# --no-compile: no bytecode for the ~10,000 modules installed (pyspark's pandas API, ML, tests, ...); Python
-# writes it for the few a run imports, the first time it imports them (16 s of a 50 s install here)
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 2; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
 # the delta-spark backend's jars from Maven Central, once (kraft_replay.spark.delta_jars); without Maven

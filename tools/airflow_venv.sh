@@ -17,6 +17,5 @@ echo "creating $VENV ($PACKAGES) ..."
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 # shellcheck disable=SC2086 # PACKAGES is a list of requirements
-# no bytecode for Airflow's thousands of modules: Python writes it for those a task imports (as make's venv)
-"$VENV/bin/python" -m pip install --quiet --no-compile $PACKAGES
+"$VENV/bin/python" -m pip install --quiet $PACKAGES
 echo "$PACKAGES" > "$STAMP"
