@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 jars: $(STAMP)
 	@$(PY) -m kraft_replay.spark.delta_jars --optional
 
+# the venv alone (make test's set-up fetches the jars beside the class archive: tools/test.sh)
 deps: $(STAMP)
 
 venv: deps jars
