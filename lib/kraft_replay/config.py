@@ -31,6 +31,9 @@ class SparkProfile(BaseModel):
     #: extra options for the driver's and the executors' JVMs (e.g. ``-XX:TieredStopAtLevel=1``: the
     #: test profile's, where every run is small and compiling hot code costs more than it saves)
     java_options: str = ""
+    #: extra options for the JVM of a live replay (``replay --mode stream``), after ``java_options``
+    #: (:func:`stream_profile`)
+    stream_java_options: str = ""
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("conf", mode="before")
@@ -54,6 +57,15 @@ class Profile(BaseModel):
     name: str = "local"
     spark: SparkProfile = Field(default_factory=SparkProfile)
     lake: LakeProfile = Field(default_factory=LakeProfile)
+
+
+def stream_profile(profile: Profile) -> Profile:
+    """``profile`` as a live replay's process uses it: its ``stream_java_options`` after its ``java_options``."""
+    sp = profile.spark
+    if not sp.stream_java_options.strip():
+        return profile
+    options = f"{sp.java_options} {sp.stream_java_options}".strip()
+    return profile.model_copy(update={"spark": sp.model_copy(update={"java_options": options})})
 
 
 def load_profile(name_or_path: str = "local") -> Profile:

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from kraft_replay.ingest import follow as F
 from kraft_replay.ingest import run_ingest
 from kraft_replay.ingest.follow import FOLLOW_POSITIONS, _mark_at, follow
 from kraft_replay.ingest.plan import walk_batches
-from kraft_replay.lake import Lake
+from kraft_replay.lake import Lake, staged
 from kraft_replay.serve.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,10 +198,12 @@ def test_live_rows_equal_batch_ingest_rows(spark, node_dir, tmp_path, monkeypatc
     bundled sample node, written while followed — the segments grow batch range by batch range and a
     poll takes at most 256 KiB (so a backlog is taken over many polls) — give exactly the rows one
     Spark ingest of the finished files gives, every column but when they were written. The small files
-    of the polls are compacted every 3 polls meanwhile (rows unchanged)."""
+    of the polls are compacted every 3 polls meanwhile (rows unchanged), in row groups of 4,000 rows at
+    most (a compaction buffers one row group, not its whole input)."""
     src = node_dir if sample == "real" else SAMPLE
     monkeypatch.setattr(F, "POLL_BYTES", 256 * 1024)
     monkeypatch.setattr(F, "COMPACT_EVERY", 3)
+    monkeypatch.setattr(staged, "COMPACTION_ROW_GROUP_ROWS", 4000)
     live = tmp_path / "live"
     shutil.copytree(src, live)
     segs = sorted((live / "__cluster_metadata-0").glob("*.log"))
@@ -217,6 +220,9 @@ def test_live_rows_equal_batch_ingest_rows(spark, node_dir, tmp_path, monkeypatc
     if sample == "real":  # enough polls: every third compacted the tables' small files
         files = {t.name: t.num_files for t in lake.tables()}
         assert files["ingest_files"] < first.runs + rest.runs and files["metadata_log"] < first.runs + rest.runs, files
+        groups = [[md.row_group(i).num_rows for i in range(md.num_row_groups)]
+                  for md in (pq.ParquetFile(f).metadata for f in (tmp_path / "lake" / "metadata_log").rglob("*compact*.parquet"))]
+        assert any(len(g) > 1 for g in groups) and max(map(max, groups)) == 4000, groups
     batch = Lake(str(tmp_path / "batch"), spark, backend="deltars")
     run_ingest(spark, batch, [str(src)], say=_quiet)
     _assert_same_rows(lake, batch)

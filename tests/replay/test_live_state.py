@@ -119,13 +119,17 @@ def test_the_kernel_is_written_only_when_a_step_changed_it(batches) -> None:
     for mb in mbs:
         store["_writes"] = []
         _run(root, [mb], store)
-        kernels.append(store["live"][0][:len(ls._MAGIC2) + ls._TOKEN])
+        kernels.append(store["live"][0][:len(ls._MAGIC3) + ls._TOKEN])
         wrote = store["_writes"]
         metrics_only = all(set(f[ls.SOURCE]) == {"broker_progress"} for f in mb)
         assert wrote == (["head"] if metrics_only else ["live", "head"]), wrote
     assert kernels[0] == kernels[1] != kernels[2] == kernels[3] != kernels[4]
     head = store["head"][0]
-    assert head[:len(ls._MAGIC2)] == ls._MAGIC2 and head[len(ls._MAGIC2) + ls._TOKEN:][:ls._TOKEN] == kernels[-1][-ls._TOKEN:]
+    assert head[:len(ls._MAGIC3)] == ls._MAGIC3 and head[len(ls._MAGIC3) + ls._TOKEN:][:ls._TOKEN] == kernels[-1][-ls._TOKEN:]
+    # stored compressed: the kernel's value is smaller than the kernel's pickle
+    kernel = ls._unpack(store["live"][0][len(ls._MAGIC3) + ls._TOKEN:])
+    assert isinstance(kernel, ls.LiveCluster)
+    assert len(store["live"][0]) < len(pickle.dumps(kernel, protocol=pickle.HIGHEST_PROTOCOL)) / 2
 
 
 def test_a_new_worker_and_a_micro_batch_run_again_give_the_same_rows(batches) -> None:
@@ -149,25 +153,43 @@ def test_a_new_worker_and_a_micro_batch_run_again_give_the_same_rows(batches) ->
     assert again == kept
 
 
+def _first_then_the_rest(batches) -> tuple[str, list, list, dict]:
+    """The rows of every micro-batch after the first, run from an empty store, and a store as the
+    first micro-batch alone left it (nothing kept by the worker)."""
+    root, mbs = batches
+    ls._KEPT.clear()
+    kept = _run(root, mbs, {})
+    ls._KEPT.clear()
+    store: dict = {}
+    _run(root, mbs[:1], store)
+    ls._KEPT.clear()
+    return root, mbs[1:], kept[kept.index("|") + 1:], store
+
+
 def test_a_checkpoint_of_the_earlier_layout_is_read_and_rewritten(batches) -> None:
     """The whole state in ``live`` (magic ``KRT1``, no ``head``) and the kernel's batches not yet
     proven committed as Python rows, as the earlier version stored them: read, stepped to the same
     rows, and written in the new layout."""
-    root, mbs = batches
-    ls._KEPT.clear()
-    kept = _run(root, mbs, {})
-    split = kept.index("|") + 1
-    ls._KEPT.clear()
-    store: dict = {}
-    _run(root, mbs[:1], store)
-    live = pickle.loads(store["live"][0][len(ls._MAGIC2) + ls._TOKEN:])
+    root, rest_mbs, rest_rows, store = _first_then_the_rest(batches)
+    live = ls._unpack(store["live"][0][len(ls._MAGIC3) + ls._TOKEN:])
     assert live.pending.num_rows  # the batches not yet proven committed, kept by the earlier version as rows
     live.pending = live.pending.to_pylist()
-    rest = pickle.loads(store["head"][0][len(ls._MAGIC2) + 2 * ls._TOKEN:])
+    rest = ls._unpack(store["head"][0][len(ls._MAGIC3) + 2 * ls._TOKEN:])
     old = {"live": (ls._MAGIC + uuid.uuid4().bytes + pickle.dumps((live, *rest)),)}  # one value, no head
-    ls._KEPT.clear()
-    assert _run(root, mbs[1:], old) == kept[split:]
-    assert old["live"][0][:len(ls._MAGIC2)] == ls._MAGIC2 and "head" in old
+    assert _run(root, rest_mbs, old) == rest_rows
+    assert old["live"][0][:len(ls._MAGIC3)] == ls._MAGIC3 and "head" in old
+
+
+def test_a_checkpoint_of_uncompressed_values_is_read_and_rewritten(batches) -> None:
+    """The kernel and the head as plain pickles (magic ``KRT2``, the layout before the values were
+    compressed): read, stepped to the same rows, and written compressed."""
+    root, rest_mbs, rest_rows, store = _first_then_the_rest(batches)
+    n = len(ls._MAGIC3)
+    live_value, head_value = store["live"][0], store["head"][0]
+    old = {"live": (ls._MAGIC2 + live_value[n:n + ls._TOKEN] + pickle.dumps(ls._unpack(live_value[n + ls._TOKEN:])),),
+           "head": (ls._MAGIC2 + head_value[n:n + 2 * ls._TOKEN] + pickle.dumps(ls._unpack(head_value[n + 2 * ls._TOKEN:])),)}
+    assert _run(root, rest_mbs, old) == rest_rows
+    assert old["live"][0][:n] == ls._MAGIC3 and old["head"][0][:n] == ls._MAGIC3
 
 
 def test_images_are_derived_again_only_after_a_whole_replay_or_a_features_change(batches) -> None:

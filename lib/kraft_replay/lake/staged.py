@@ -36,6 +36,10 @@ __all__ = ["StagedWrite", "write_staged_arrow", "read_staged", "merge_arrow", "C
 # Rows per Parquet row group written by workers: large enough for good compression and few footer
 # entries, small enough to keep a worker's buffer per open file modest.
 ROW_GROUP_ROWS = 256 * 1024
+# Rows per row group a compaction writes: it runs beside a live poller (``ingest --follow``), whose
+# memory it should not double — a 100-poll compaction of a storm's ``metadata_log`` is 200k rows of
+# ~680 bytes decoded, held whole when buffered to ROW_GROUP_ROWS.
+COMPACTION_ROW_GROUP_ROWS = 64 * 1024
 # Values the Parquet writer encodes per inner step of a column (pyarrow's default is 1,024): wide
 # tables of mostly-null nested columns write ~15% faster with larger steps; pages stay bounded by
 # the data page size.
@@ -171,8 +175,9 @@ class _FileWriter:
     """One open Parquet file of a partition: buffers rows into row groups, rolls at ``target_file_rows``."""
 
     def __init__(self, info: StagedWrite, fs: pafs.FileSystem, directory: str, stem: str, schema: pa.Schema,
-                 local: bool) -> None:
+                 local: bool, row_group_rows: int = ROW_GROUP_ROWS) -> None:
         self.info, self.fs, self.directory, self.stem, self.schema, self.local = info, fs, directory, stem, schema, local
+        self.row_group_rows = row_group_rows
         self.seq = 0
         self.writer: pq.ParquetWriter | None = None
         self.tmp = self.final = ""
@@ -214,7 +219,7 @@ class _FileWriter:
                 self._open()
             room = self.info.target_file_rows - self.rows_in_file
             piece = table.slice(offset, room)
-            self.writer.write_table(piece, row_group_size=ROW_GROUP_ROWS)
+            self.writer.write_table(piece, row_group_size=self.row_group_rows)
             self.rows_in_file += piece.num_rows
             offset += piece.num_rows
             if self.rows_in_file >= self.info.target_file_rows:
@@ -223,7 +228,7 @@ class _FileWriter:
     def add(self, rows: pa.Table) -> None:
         self.buffer.append(rows)
         self.buffered += rows.num_rows
-        if self.buffered >= ROW_GROUP_ROWS or self.rows_in_file + self.buffered >= self.info.target_file_rows:
+        if self.buffered >= self.row_group_rows or self.rows_in_file + self.buffered >= self.info.target_file_rows:
             self._flush_group()
 
     def close(self) -> list[str]:
@@ -244,13 +249,14 @@ class _FileWriter:
 
 
 def write_staged_arrow(info: StagedWrite, data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
-                       part_id: int | str) -> list[str]:
+                       part_id: int | str, row_group_rows: int = ROW_GROUP_ROWS) -> list[str]:
     """Write rows into ``info``'s staging directory as Hive-partitioned, zstd Parquet files.
 
     Rule: every row goes to ``<staging>/<col>=<value>/...`` for the table's partition columns (values
     escaped as Spark escapes them, null as ``__HIVE_DEFAULT_PARTITION__``), the partition columns are
     dropped from the file, columns are cast to the table's Arrow types (a missing or uncastable
     column raises :class:`SchemaMismatchError`), and a file holds at most ``target_file_rows`` rows.
+    Rows are buffered per file up to ``row_group_rows``, one row group each.
     File names are ``part-<part_id>-<n>``: deterministic, so a retried task with the same
     ``part_id`` overwrites its own earlier output instead of adding to it; give each concurrent
     writer its own ``part_id``. Returns the written paths (on the staging filesystem).
@@ -278,7 +284,7 @@ def write_staged_arrow(info: StagedWrite, data: pa.Table | pa.RecordBatch | Iter
                 if w is None:
                     sub = _partition_dir(parts, key)
                     directory = f"{info.path}/{sub}" if sub else info.path
-                    w = writers[key] = _FileWriter(info, fs, directory, stem, file_schema, local)
+                    w = writers[key] = _FileWriter(info, fs, directory, stem, file_schema, local, row_group_rows)
                 w.add(rows.select(file_schema.names))
         out: list[str] = []
         for w in writers.values():
@@ -690,13 +696,18 @@ def plan_compaction(backend, name: str, min_files: int = 2, small_rows: int | No
 
 def write_compaction(c: Compaction) -> None:
     """Read each group's files (pyarrow) and write their rows, in order, into the compaction's staged
-    write. Touches files only (no table state): safe in another thread than the lake's."""
+    write: a file read at a time, a row group of :data:`COMPACTION_ROW_GROUP_ROWS` buffered at most.
+    Touches files only (no table state): safe in another thread than the lake's."""
     fs = c.staged.filesystem()
     full = c.staged.arrow_schema
+
+    def rows(group: list) -> Iterator[pa.RecordBatch]:
+        for f in group:
+            yield from _with_partition_values(pq.read_table(f"{c.root}/{f.path}", filesystem=fs), full,
+                                              f.partition_values).to_batches()
+
     for k, group in enumerate(c.groups):
-        rows = pa.concat_tables([_with_partition_values(pq.read_table(f"{c.root}/{f.path}", filesystem=fs), full,
-                                                        f.partition_values) for f in group])
-        write_staged_arrow(c.staged, rows, part_id=f"compact{k}")
+        write_staged_arrow(c.staged, rows(group), part_id=f"compact{k}", row_group_rows=COMPACTION_ROW_GROUP_ROWS)
 
 
 def commit_compaction(backend, c: Compaction):  # noqa: ANN001, ANN201

@@ -8,7 +8,7 @@ and its steps written by the driver with delta-rs commits and one publish per mi
   version that added it, plus the new ``broker_progress`` samples and ``quorum_status`` captures. The
   rows already there when the query starts come as one marker per cluster and table (:func:`changes`):
   the operator reads them itself.
-* **The operator** (:class:`LiveReplay`): the state is the pickled live replay (a value of its own,
+* **The operator** (:class:`LiveReplay`): the state is the live replay, pickled and compressed (a value of its own,
   written only when a micro-batch changed it), and beside it the cluster's cache lag
   (:class:`~kraft_replay.outcomes.live_lag.LiveLag`), per input table the version through which a
   whole replay already read it and the newest version delivered so far. New rows go to
@@ -161,8 +161,29 @@ def _versions_so_far(delivered: dict[str, int], read: dict[str, int]) -> dict[st
 #: unpickles in ~1 s)
 _KEPT: dict[str, tuple[bytes, bytes, tuple]] = {}
 _MAGIC = b"KRT1"   # "live" holding the whole state (an earlier version's checkpoint)
-_MAGIC2 = b"KRT2"  # "live" holding the kernel, "head" the rest and the kernel's token
+_MAGIC2 = b"KRT2"  # "live" holding the kernel, "head" the rest and the kernel's token (an earlier version's)
+_MAGIC3 = b"KRT3"  # as KRT2, each pickle compressed (:func:`_pack`)
 _TOKEN = 16
+#: zstd at level 1: a storm's medium kernel pickles to 14.9 MB and packs to 1.3 MB in 13 ms (6 ms back).
+#: Every byte of a state value is copied about eight times on its way through Spark's state server
+#: into RocksDB (half the stream JVM's allocations before, docs/benchmarks.md, "Live freshness").
+_CODEC = pa.Codec("zstd", compression_level=1)
+
+
+def _pack(obj: object) -> bytes:
+    """``obj`` pickled and compressed, its pickle's length first (8 bytes, big-endian)."""
+    raw = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return len(raw).to_bytes(8, "big") + _CODEC.compress(raw, asbytes=True)
+
+
+def _unpack(blob: bytes) -> object:
+    """What :func:`_pack` packed."""
+    return pickle.loads(_CODEC.decompress(blob[8:], decompressed_size=int.from_bytes(blob[:8], "big"), asbytes=True))
+
+
+def _loads(value: bytes) -> Callable[[bytes], object]:
+    """How the payload of a state value with this magic is read: packed (``KRT3``) or a plain pickle."""
+    return _unpack if value[:len(_MAGIC3)] == _MAGIC3 else pickle.loads
 
 
 class LiveReplay(StatefulProcessor):
@@ -171,7 +192,8 @@ class LiveReplay(StatefulProcessor):
     (:class:`~kraft_replay.outcomes.live_lag.LiveLag`).
 
     Its state is two values per cluster: ``live``, the kernel (:class:`~kraft_replay.replay.live.LiveCluster`,
-    written only by a micro-batch that changed it: a storm's medium cluster pickles to 9-14 MB), and
+    written only by a micro-batch that changed it: a storm's medium cluster pickles to 9-15 MB, stored
+    compressed to about a tenth), and
     ``head``, the rest (the versions a whole replay read and those delivered so far, the cache lag's
     state) with the token of the ``live`` value it goes with, written by every micro-batch that brings
     rows. A worker that kept the objects of the store's newest values reads only ``head``."""
@@ -195,17 +217,17 @@ class LiveReplay(StatefulProcessor):
         kept = _KEPT.pop(cid, None)  # popped: a failure half-way through leaves nothing kept
         if self.head.exists():
             hb = self.head.get()[0]
-            n = len(_MAGIC2)
+            n = len(_MAGIC3)
             tokens = (hb[n:n + _TOKEN], hb[n + _TOKEN:n + 2 * _TOKEN])
             if kept is not None and kept[0] == tokens[0]:
                 return tokens, kept[2]
-            rest = pickle.loads(hb[n + 2 * _TOKEN:])
+            rest = _loads(hb)(hb[n + 2 * _TOKEN:])
             if kept is not None and kept[1] == tokens[1]:  # the kernel unchanged since: only the rest differs
                 return tokens, (kept[2][0], *rest)
             lb = self.state.get()[0]
-            if lb[:n + _TOKEN] != _MAGIC2 + tokens[1]:
+            if lb[:n] not in (_MAGIC2, _MAGIC3) or lb[n:n + _TOKEN] != tokens[1]:
                 raise RuntimeError(f"cluster {cid}: the state store's kernel is not the one its head was written with")
-            return tokens, (pickle.loads(lb[n + _TOKEN:]), *rest)
+            return tokens, (_loads(lb)(lb[n + _TOKEN:]), *rest)
         if not self.state.exists():
             return None, None
         blob = self.state.get()[0]  # an earlier version's checkpoint: the whole state in ``live``
@@ -217,9 +239,9 @@ class LiveReplay(StatefulProcessor):
         live_token = tokens[1] if tokens is not None and not kernel_changed else None
         if live_token is None:
             live_token = uuid.uuid4().bytes
-            self.state.update((_MAGIC2 + live_token + pickle.dumps(held[0], protocol=pickle.HIGHEST_PROTOCOL),))
+            self.state.update((_MAGIC3 + live_token + _pack(held[0]),))
         head_token = uuid.uuid4().bytes
-        self.head.update((_MAGIC2 + head_token + live_token + pickle.dumps(held[1:], protocol=pickle.HIGHEST_PROTOCOL),))
+        self.head.update((_MAGIC3 + head_token + live_token + _pack(held[1:]),))
         _KEPT[cid] = (head_token, live_token, held)
 
     def _resumed(self, cid: str, tables: list[pa.Table]) -> tuple[LiveCluster, Step] | None:

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.lag_bucket > 0:
         raise _user_error(ValueError(f"--lag-bucket must be > 0 seconds, got {args.lag_bucket:g}"))
     mode = _mode(args)
-    spark, lake = open_lake(args)
+    spark, lake = open_lake(args, stream=mode == "stream")
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 
 
-def open_lake(args: argparse.Namespace):
-    """Return ``(spark, lake)`` for the profile, ``--lake`` and ``--backend`` given on the command line."""
-    from kraft_replay.config import load_profile
+def open_lake(args: argparse.Namespace, *, stream: bool = False):
+    """Return ``(spark, lake)`` for the profile, ``--lake`` and ``--backend`` given on the command line
+    (``stream``: for a live replay, the profile's stream JVM options added: :func:`~kraft_replay.config.stream_profile`)."""
+    from kraft_replay.config import load_profile, stream_profile
     from kraft_replay.lake import Lake
     from kraft_replay.spark import get_spark
 
     profile = load_profile(args.profile)
+    if stream:
+        profile = stream_profile(profile)
     root = args.lake or profile.lake.root
     if not root:
         from kraft_replay.serve.cli import UserError
