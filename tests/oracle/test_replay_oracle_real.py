@@ -203,8 +203,8 @@ def test_spilling_closed_versions_gives_the_same_tables(real_kraft_dir: Path, pr
     lean = replay(log, _log_only(control), spill_rows=4)
     assert any(lean._runs[c].img.spilled[t] for c in lean.cluster_ids for t in VERSIONED_TABLES)  # it did spill
     for t in SILVER_TABLES:
-        key = [(c, "ascending") for c in SILVER_TABLES[t].sort_key]
-        assert lean[t].sort_by(key, null_placement="at_start").equals(full[t]), t
+        key = [(c, "ascending", "at_start") for c in SILVER_TABLES[t].sort_key]
+        assert lean[t].sort_by(key).equals(full[t]), t
     with pytest.raises(ValueError, match="spill_rows"):
         lean.image_at(0)
 
