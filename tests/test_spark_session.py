@@ -238,7 +238,6 @@ def test_py4j_keeps_the_classes_and_methods_it_looked_up_but_no_field(spark, mon
 def test_a_live_replay_adds_the_profiles_stream_java_options(tmp_path, monkeypatch):
     """The local profile's ``stream_java_options`` go after its ``java_options`` in ``replay --mode
     stream``'s session, and in no other command's."""
-    import kraft_replay.lake
     import kraft_replay.spark
     from kraft_replay.config import load_profile, stream_profile
     from kraft_replay.serve.cli import main
