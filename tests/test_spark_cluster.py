@@ -64,7 +64,10 @@ def standalone(tmp_path_factory):
     work = tmp_path_factory.mktemp("standalone")
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
-    java = [str(java_home / "bin" / "java"), "-Xmx512m", "-cp", f"{home / 'jars'}/*"]
+    # the daemons compile and collect as every other JVM of the suite does (tests/conftest.py, JAVA_OPTIONS;
+    # the executors get the same options from the driver's settings)
+    java = [str(java_home / "bin" / "java"), "-Xmx512m", *os.environ.get("KRAFT_REPLAY_JAVA_OPTIONS", "").split(),
+            "-cp", f"{home / 'jars'}/*"]
     procs: list[subprocess.Popen] = []
 
     def launch(name: str, *args: str) -> tuple[subprocess.Popen, Path]:

@@ -1,4 +1,10 @@
-"""``kraft-replay ingest`` as users run it: a subprocess, real Spark, real lake, exit codes."""
+"""``kraft-replay ingest`` as users run it: a subprocess, real Spark, real lake, exit codes.
+
+The runs that prove the process (the console script's exit codes 0 and 2, ``--json`` alone on stdout,
+stderr holding one error line and nothing else) are subprocesses; the re-run and the quarantine
+summary, which check what the command prints on stdout and writes to the lake, run ``main`` in this
+process on the session's Spark (a cold JVM each saved; the lake they read was written by another
+process, or is new)."""
 
 from __future__ import annotations
 
@@ -17,7 +23,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
 
 
-def test_cli_ingests_samples_then_is_idempotent(tmp_path: Path) -> None:
+def _main(capsys, *args: str) -> tuple[int, str, str]:  # noqa: ANN001 - pytest's capsys
+    """``kraft-replay --profile test ARGS`` through the CLI's ``main`` in this process (the session's
+    Spark): exit code, stdout, stderr."""
+    from kraft_replay.serve.cli import main
+
+    capsys.readouterr()
+    rc = main(["--profile", "test", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_ingests_samples_then_is_idempotent(spark, tmp_path: Path, capsys) -> None:
     lake = str(tmp_path / "lake")
     out = _cli("ingest", str(ROOT / "data" / "samples" / "node1"), "--lake", lake, "--strict", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -25,8 +42,9 @@ def test_cli_ingests_samples_then_is_idempotent(tmp_path: Path) -> None:
     assert len(doc["files"]) == 4 and doc["rows"]["metadata_log"] > 0 and doc["quarantined"] == 0
     assert doc["records"] >= doc["rows"]["metadata_log"] and set(doc["published"]) >= {"metadata_log", "ingest_files"}
     assert "decoding 4 file(s)" in out.stderr  # progress lines
-    again = _cli("ingest", str(ROOT / "data" / "samples" / "node1"), "--lake", lake)
-    assert again.returncode == 0 and again.stdout.count("already ingested") == 4 and "metadata_log=0" in again.stdout
+    # the re-run, in this process: it knows the lake only from the files the first process wrote
+    rc, stdout, stderr = _main(capsys, "ingest", str(ROOT / "data" / "samples" / "node1"), "--lake", lake)
+    assert rc == 0 and stdout.count("already ingested") == 4 and "metadata_log=0" in stdout, stderr[-2000:]
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -77,14 +95,15 @@ def _table_rows(lake: Path) -> dict[str, int]:
             if (t / "_delta_log").is_dir()}
 
 
-def test_cli_truncated_tail_exits_0_naming_the_quarantined_bytes(tmp_path: Path, real_kraft_dir: Path) -> None:
+def test_cli_truncated_tail_exits_0_naming_the_quarantined_bytes(spark, tmp_path: Path, real_kraft_dir: Path,
+                                                                 capsys) -> None:
     node, pos, nbytes = _truncated_node(tmp_path, real_kraft_dir)
     lake = tmp_path / "lake"
-    out = _kraft_replay("ingest", str(node), "--lake", str(lake))
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert f"quarantined: 1 range(s), {nbytes} bytes; see table ingest_quarantine" in out.stdout
+    rc, stdout, stderr = _main(capsys, "ingest", str(node), "--lake", str(lake))
+    assert rc == 0, stderr[-2000:]
+    assert f"quarantined: 1 range(s), {nbytes} bytes; see table ingest_quarantine" in stdout
     assert (f"00000000000000000000.log: 1 range(s), {nbytes} bytes quarantined, first at byte {pos} (TRUNCATED_BATCH); "
-            f"offsets 0..2980 ingested") in out.stdout
+            f"offsets 0..2980 ingested") in stdout
     rows = _table_rows(lake)
     assert rows["metadata_log"] == 2980 and rows["ingest_quarantine"] == 1 and rows["ingest_files"] == 1
 

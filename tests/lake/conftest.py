@@ -14,11 +14,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # lake_helpers, for tests and helper jobs
 
-from lake_helpers import EVENTS  # noqa: E402
+from lake_helpers import BACKENDS, EVENTS  # noqa: E402
 
 from kraft_replay.lake import Lake  # noqa: E402
-
-BACKENDS = ("deltars", "delta-spark")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,3 +38,22 @@ def lake(spark, tmp_path, backend) -> Lake:
 def events_table(lake) -> str:
     lake.create_table("events", EVENTS, partition_by=["part"])
     return "events"
+
+
+@pytest.fixture(scope="module")
+def shared_lakes(spark, tmp_path_factory):
+    """Lakes that several tests of a module only read, each built once per module and backend:
+    ``shared_lakes(backend, key, build)`` is the lake ``build(lake)`` filled on ``backend`` (a fresh lake,
+    as the ``lake`` fixture makes), built on the first ask for ``key``. A test taking one must not write
+    to it."""
+    made: dict[tuple[str, str], Lake] = {}
+
+    def get(backend: str, key: str, build) -> Lake:  # noqa: ANN001 - build(lake)
+        if (backend, key) not in made:
+            lake = Lake(str(tmp_path_factory.mktemp(f"{key}-{backend}") / "lake"), spark, backend=backend,
+                        target_file_rows=500)
+            build(lake)
+            made[backend, key] = lake
+        return made[backend, key]
+
+    return get

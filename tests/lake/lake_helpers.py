@@ -15,6 +15,9 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: the lake's backends, each test taking ``lake`` (or ``backend``) runs on (conftest.py)
+BACKENDS = ("deltars", "delta-spark")
+
 EVENTS = StructType([
     StructField("id", LongType(), False),
     StructField("name", StringType()),

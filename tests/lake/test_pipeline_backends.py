@@ -72,10 +72,8 @@ def test_the_pipeline_on_delta_spark_writes_the_embedded_backends_tables(spark, 
     native = Lake(str(native_root), spark, backend="delta-spark")
     names = sorted(set(embedded.table_names()) - ONE_SIDED)
     assert sorted(set(native.table_names()) - ONE_SIDED) == names and len(names) >= 30, (native.table_names(), names)
-    assert native.read("ingest_quarantine").count() == 0
-    history = native.history("partitions")
-    assert "Delta-Lake/" in history[0]["engineInfo"], history[0]  # written by Delta's own writer
     ours, theirs = LakeReader(native.root), LakeReader(embedded.root)
+    assert ours.scan("ingest_quarantine").num_rows == 0  # the rows readers see, as delta-rs reads them
     for name in names:  # delta-rs reads what Delta wrote, and it is what the embedded backend wrote
         got, want = _rows(ours, name), _rows(theirs, name)
         assert got == want, (name, len(got), len(want), sorted(set(got) ^ set(want))[:3])
@@ -97,3 +95,4 @@ def test_the_pipeline_on_delta_spark_writes_the_embedded_backends_tables(spark, 
     assert row["delta_sql"] == row["ours"] > 0, row
     assert [h["version"] for h in history] == list(range(native.version("topics"), -1, -1))
     assert history[-1]["operation"] == "CREATE TABLE", history[-1]
+    assert "Delta-Lake/" in history[0]["engineInfo"], history[0]  # written by Delta's own writer

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 
-from kraft_replay.lake import InvalidArgumentError
+from kraft_replay.lake import InvalidArgumentError, Lake
 
-from lake_helpers import ROOT, data_files, delta_table, events, run_job
+from lake_helpers import BACKENDS, EVENTS, ROOT, data_files, delta_table, events, run_job
 
 
 def _wait_for(path: Path, proc, timeout: float = 240.0) -> None:
@@ -64,23 +64,40 @@ def test_trigger_limits_split_batches(spark, lake, events_table, tmp_path):
     assert_df_equality(lake.read("copy"), lake.read(events_table), ignore_row_order=True, ignore_nullable=True)
 
 
-def test_sink_is_exactly_once_across_sigkill(spark, lake, events_table, tmp_path):
-    # "src": 4 files of 100 rows (one append each), streamed a file per micro-batch
-    lake.create_table("src", lake.schema(events_table), ["part"])
-    for i in range(4):
-        lake.append("src", events(spark, i * 100, (i + 1) * 100, parts=1, slices=1))
-    lake.create_table("dst", lake.schema(events_table), ["part"])
-    n_files = len(data_files(lake, "src"))
-    assert n_files == 4
-    checkpoint, marker = tmp_path / "ckpt", tmp_path / "marker"
-    proc = run_job(ROOT / "tests/lake/jobs/sink_job.py", lake.root, str(checkpoint), str(marker), "1", lake.backend)
+@pytest.fixture(scope="module")
+def killed_sinks(spark, tmp_path_factory) -> dict:
+    """On each backend a lake whose table ``src`` (4 files of 100 rows) was streamed into ``dst`` a file
+    per micro-batch by a helper job - one process for both backends' queries (one JVM to start) - that
+    was SIGKILLed while each query hung after its sink committed batch 1 to Delta and before Spark
+    wrote the batch to its checkpoint: ``{backend: (lake, checkpoint)}``."""
+    base = tmp_path_factory.mktemp("sigkill")
+    lakes, specs, markers = {}, [], []
+    for backend in BACKENDS:
+        lake = Lake(str(base / backend / "lake"), spark, backend=backend, target_file_rows=500)
+        lake.create_table("src", EVENTS, ["part"])
+        lake.append("src", events(spark, 0, 400, parts=1, slices=4))  # 4 tasks: 4 files of 100 rows
+        lake.create_table("dst", EVENTS, ["part"])
+        checkpoint, marker = base / backend / "ckpt", base / backend / "marker"
+        lakes[backend] = (lake, checkpoint)
+        specs += [backend, lake.root, str(checkpoint), str(marker)]
+        markers.append(marker)
+    proc = run_job(ROOT / "tests/lake/jobs/sink_job.py", "1", *specs)
     try:
-        _wait_for(marker, proc)
+        for marker in markers:
+            _wait_for(marker, proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return lakes
+
+
+def test_sink_is_exactly_once_across_sigkill(spark, backend, killed_sinks):
+    # "src": 4 files of 100 rows, streamed a file per micro-batch (killed_sinks)
+    lake, checkpoint = killed_sinks[backend]
+    n_files = len(data_files(lake, "src"))
+    assert n_files == 4
     # Killed after Delta committed batch 1 but before Spark wrote commits/1.
     assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
     committed_before = lake.read("dst").count()

@@ -24,8 +24,34 @@ def test_append_read_round_trip(spark, lake, events_table):
     assert_df_equality(back, df, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_files_respect_target_rows_and_carry_stats(spark, lake, events_table):
-    lake.append(events_table, events(spark, 0, 3000, slices=1))
+@pytest.fixture
+def lake_3000(spark, backend, shared_lakes) -> Lake:
+    """A lake whose ``events`` holds ids 0..2999 appended by one task (read only: shared by the tests
+    that read it)."""
+    def build(lake: Lake) -> None:
+        lake.create_table("events", EVENTS, partition_by=["part"])
+        lake.append("events", events(spark, 0, 3000, parts=3, slices=1))
+
+    return shared_lakes(backend, "rows3000", build)
+
+
+@pytest.fixture
+def lake_unpublished_run(spark, backend, shared_lakes) -> Lake:
+    """A lake whose ``events`` has ids 0..99 published and ids 100..199 appended by a run that never
+    published (read only: shared by the tests that read it)."""
+    def build(lake: Lake) -> None:
+        lake.create_table("events", EVENTS, partition_by=["part"])
+        lake.append("events", events(spark, 0, 100))
+        lake.publish(["events"], "first")
+        lake.start_run("unpublished", ["events"])
+        lake.append("events", events(spark, 100, 200))  # a run that never publishes: readers do not see it
+        lake.end_run()
+
+    return shared_lakes(backend, "unpublished-run", build)
+
+
+def test_files_respect_target_rows_and_carry_stats(lake_3000):
+    lake, events_table = lake_3000, "events"
     files = data_files(lake, events_table)
     # 1 task x 3 partition values x 1000 rows each, at most 500 rows per file -> 6 files of 500.
     assert sorted(f.num_records for f in files) == [500] * 6
@@ -68,10 +94,10 @@ def _files_scanned(df) -> int:
     return total
 
 
-def test_partition_pruning_reads_fewer_files(spark, lake, events_table):
+def test_partition_pruning_reads_fewer_files(spark, lake_3000):
+    lake, events_table = lake_3000, "events"  # ids 0..2999 in 3 partitions, 1 task
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
-        lake.append(events_table, events(spark, 0, 3000, parts=3, slices=1))
         all_files = len(data_files(lake, events_table))
         full = lake.read(events_table)
         pruned = lake.read(events_table).where("part = 1")
@@ -227,7 +253,7 @@ def test_lake_on_file_uri(spark, tmp_path):
     assert [t.name for t in lake.tables()] == ["e"]
 
 
-def test_reader_scan_reads_the_published_rows_a_filter_keeps(spark, lake, events_table):
+def test_reader_scan_reads_the_published_rows_a_filter_keeps(lake_unpublished_run):
     """``LakeReader.scan``: the rows readers see (the published version, not a newer unpublished commit),
     files pruned by a partition filter, rows by a pyarrow expression — no Spark; a tuple filter on a
     column that is not a partition column filters rows; a missing table is None."""
@@ -236,11 +262,7 @@ def test_reader_scan_reads_the_published_rows_a_filter_keeps(spark, lake, events
     from kraft_replay.lake.errors import InvalidArgumentError
     from kraft_replay.lake.reader import LakeReader
 
-    lake.append(events_table, events(spark, 0, 100))
-    lake.publish([events_table], "first")
-    lake.start_run("unpublished", [events_table])
-    lake.append(events_table, events(spark, 100, 200))  # a run that never publishes: readers do not see it
-    lake.end_run()
+    lake, events_table = lake_unpublished_run, "events"  # ids 0..99 published, 100..199 an unpublished run's
     reader = LakeReader(lake.root)
     got = reader.scan(events_table, columns=["id", "part"], partitions=[("part", "=", 1)], filter=pc.field("id") >= 90)
     assert sorted(got.column("id").to_pylist()) == [91, 94, 97] and set(got.column("part").to_pylist()) == {1}
@@ -292,17 +314,13 @@ def test_overwrite_with_a_schema_drops_a_column_in_one_commit_a_rollback_undoes(
         lake.overwrite(events_table, back, replace_where="part = 1", schema=narrow)
 
 
-def test_read_arrow_gives_the_rows_spark_reads_at_the_same_version(spark, lake, events_table):
+def test_read_arrow_gives_the_rows_spark_reads_at_the_same_version(lake_unpublished_run):
     """``Lake.read_arrow``: the columns of the version ``read`` reads (the published one, not a newer
     unpublished commit; or a given version), files pruned by partition filters — equal to Spark's read
     of them; a filter on a column that is not a partition column is a one-line error."""
     from kraft_replay.lake.errors import InvalidArgumentError
 
-    lake.append(events_table, events(spark, 0, 100))
-    lake.publish([events_table], "first")
-    lake.start_run("unpublished", [events_table])
-    lake.append(events_table, events(spark, 100, 200))
-    lake.end_run()
+    lake, events_table = lake_unpublished_run, "events"  # ids 0..99 published, 100..199 an unpublished run's
 
     def rows(t: pa.Table) -> list[tuple]:
         return sorted(zip(*[t.column(c).to_pylist() for c in t.column_names]))

@@ -107,10 +107,34 @@ def test_divergent_copies_join_the_quarantine_without_touching_the_rest(replayed
     assert summary.quarantined == oracle.quarantine.num_rows == 2
 
 
-def test_a_rerun_replaces_the_clusters_rows(spark, replayed) -> None:
-    lake, _, _, oracle = replayed
+@pytest.fixture(scope="module")
+def rerun(spark, replayed):  # noqa: ANN201
+    """``txn_commit`` replayed again on the module's lake (``run_replay(cluster_id=...)``): the
+    ``image_snapshots`` rows before it, its summary, and the executed plan of the ``log_commit`` frame
+    its job built (``replay_tables``' result, planned on the settings the run was on) with
+    ``spark.sql.adaptive.enabled`` then."""
+    import kraft_replay.replay.run as replay_run
+
+    lake = replayed[0]
     before = lake.read("image_snapshots").count()
-    again = run_replay(spark, lake, cluster_id="txn_commit", say=lambda _: None, image_at=[IMAGE_AT])
+    tables, plans = replay_run.replay_tables, []
+
+    def planned(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the job's frames, their plan kept
+        res = tables(*args, **kwargs)
+        plans.append((spark.conf.get("spark.sql.adaptive.enabled"),
+                      res["log_commit"]._jdf.queryExecution().executedPlan().toString()))
+        return res
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(replay_run, "replay_tables", planned)
+        again = run_replay(spark, lake, cluster_id="txn_commit", say=lambda _: None, image_at=[IMAGE_AT])
+    assert len(plans) == 1, plans
+    return before, again, plans[0]
+
+
+def test_a_rerun_replaces_the_clusters_rows(spark, replayed, rerun) -> None:
+    lake, _, _, oracle = replayed
+    before, again, _ = rerun
     assert again.clusters == ["txn_commit"]
     assert lake.read("image_snapshots").count() == before
     for t in ("topics", "partitions", "log_batches", "log_commit"):
@@ -388,22 +412,18 @@ def _broadcast_bronze_scans(plan: str) -> list[str]:
     return found
 
 
-def test_log_commit_never_broadcasts_the_log_rows(spark, tmp_path) -> None:
+def test_log_commit_never_broadcasts_the_log_rows(rerun) -> None:
     """The replayed records of ``log_commit`` are the kept log rows from each cluster's replay start:
     the one-row-per-cluster starts are the broadcast side. (Left to its estimates Spark broadcast the
     kept rows — a checkpoint has no size statistics, a file scan has — 10M rows at 10M records, and a
     2 GiB driver ran out of memory building the table.) Clusters whose batches hold one copy of each
-    offset, the usual log: their kept rows are read from the bronze files, not materialised."""
-    from kraft_replay.replay.engine import cut, replay_tables
-    from kraft_replay.spark import SMALL_RUN_CONF, session_conf
+    offset, the usual log: their kept rows are read from the bronze files, not materialised. (The plan
+    of the job ``rerun`` ran, ``txn_commit`` replayed from the lake's bronze tables: the join sides are
+    the static planner's choice, with adaptive execution as without it; a run of this size is planned
+    without it, on the small-run settings, so the checkpoints are not computed while planning.)"""
+    from kraft_replay.spark import SMALL_RUN_CONF
 
-    lake = Lake(str(tmp_path), spark, backend="deltars")
-    _write_bronze(spark, lake, ["txn_commit", "snap_at_gap"])
-    # the join sides are the static planner's choice, with adaptive execution as without it; without it
-    # (the small-run settings a run of this size gets) the checkpoints are not computed while planning
-    with session_conf(spark, SMALL_RUN_CONF):
-        res = replay_tables(lake.read("metadata_log"), lake.read("metadata_control"), lake.read("snapshot_records"),
-                            checkpoint=cut)
-        plan = res["log_commit"]._jdf.queryExecution().executedPlan().toString()
+    adaptive, plan = rerun[2]
+    assert adaptive == SMALL_RUN_CONF["spark.sql.adaptive.enabled"] == "false"
     assert "FileScan parquet [offset" in plan, plan  # the kept rows are read from the bronze files in this plan
     assert _broadcast_bronze_scans(plan) == [], plan

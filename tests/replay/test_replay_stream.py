@@ -14,20 +14,22 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from kraft_replay.ingest import run_ingest
 from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
 from kraft_replay.lake import Lake
+from kraft_replay.lake.schema import same_schema
 from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.run import OUTCOME_TABLES
 from kraft_replay.replay.run import BRONZE_INPUTS, PROGRESS
 from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
+from kraft_replay.replay.versioning import spark_schema
 from kraft_replay.replay.live_stream import SOURCE, changes
 from kraft_replay.serve.replay_stream import backlogs, run_stream
-from lake_rows import assert_same_tables
+from lake_rows import assert_same_tables, json_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_TABLES = [*SILVER_TABLES, IMAGE_SNAPSHOTS, BROKER_APPLIED, CACHE_LAG]
@@ -67,6 +69,49 @@ def tiny_batch(gold_tiny) -> Lake:
     same records its segment files hold), replayed in batch, with ``cache_lag`` and the outcome tables
     (the session's ``gold_tiny``; read only)."""
     return gold_tiny
+
+
+@pytest.fixture(scope="module")
+def caught_up(spark, tiny_generated, tmp_path_factory) -> dict:
+    """The tiny cluster's first two ingest runs, streamed on a new checkpoint below the catch-up
+    threshold (the stream replays them whole itself), then on another checkpoint at it (the batch
+    replay catches up first, the stream's first micro-batch takes that replay up): what the reports
+    said, the lake and that checkpoint (the backlog test goes on with them). ``stored``: a copy of the
+    lake as the catch-up's batch replay left it, before the stream took it up — the batch-replayed lake
+    the take-up test starts from (on a copy of its own), so that the module replays those rows in batch
+    once."""
+    import shutil
+
+    import kraft_replay.replay.run as replay_run
+
+    cid = tiny_generated.cluster_id
+    root = tmp_path_factory.mktemp("caught-up")
+    lake = Lake(str(root / "lake"), spark, backend="deltars")
+    for files in _tiny_files(tiny_generated)[:2]:
+        run_ingest(spark, lake, files, cluster_id=cid, say=_quiet)
+    n = backlogs(lake)[cid]
+    all_rows = lake.read("metadata_log").count()
+    below = run_stream(spark, lake, available_now=True, checkpoint=str(root / "ck0"), derive_every=0,
+                       catch_up_records=n + 1, say=_quiet)
+    after_below = backlogs(lake)[cid]
+
+    replay = replay_run.run_replay
+    replays: list[str] = []
+
+    def replay_and_copy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the catch-up's batch replay
+        out = replay(*args, **kwargs)
+        replays.append(kwargs.get("cluster_id") or ",".join(kwargs.get("clusters") or []))
+        shutil.copytree(lake.root, root / "stored")
+        return out
+
+    lines: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(replay_run, "run_replay", replay_and_copy)  # catch_up imports it from there when it runs
+        report = run_stream(spark, lake, available_now=True, checkpoint=str(root / "ck1"), derive_every=0,
+                            catch_up_records=n, say=lines.append)
+    return {"lake": lake, "ckpt": str(root / "ck1"), "n": n, "all_rows": all_rows, "below": below,
+            "after_below": after_below, "report": report, "lines": list(lines), "replays": replays,
+            "stored": root / "stored"}
 
 
 def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_batch, tmp_path) -> None:
@@ -137,21 +182,24 @@ def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_bat
     assert idle.batches == 0 and lake.published_versions() == before
 
 
-def test_a_stream_takes_up_the_batch_replay_stored_in_the_lake(spark, tiny_generated, tiny_batch, tmp_path) -> None:
-    """A lake replayed in batch, then the node's later files ingested (segments and a newer snapshot):
-    the stream's first micro-batch takes the cluster up from the stored replay — its open versions,
-    its ``log_commit`` row, the positions of the bronze rows it read; no record replayed again — and
-    steps only the rows after it; the silver tables then equal the batch replay of every file. A
-    snapshot file within the stored replay's log ingested after it makes it replay the cluster whole
-    instead."""
+def test_a_stream_takes_up_the_batch_replay_stored_in_the_lake(spark, tiny_generated, tiny_batch, caught_up,
+                                                               tmp_path) -> None:
+    """A lake replayed in batch (the first two ingest runs, as the batch catch-up of ``caught_up`` stored
+    them), then the node's later files ingested (segments and a newer snapshot): the stream's first
+    micro-batch on a new checkpoint takes the cluster up from the stored replay — its open versions, its
+    ``log_commit`` row, the positions of the bronze rows it read; no record replayed again — and steps
+    only the rows after it; the silver tables then equal the batch replay of every file. A snapshot
+    file within the stored replay's log ingested after it makes it replay the cluster whole instead."""
+    import shutil
+
     from kraft_replay.replay.run import run_replay
 
     cid = tiny_generated.cluster_id
+    shutil.copytree(caught_up["stored"], tmp_path / "lake")
     lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
     steps = _tiny_files(tiny_generated)
-    for files in steps[:2]:
-        run_ingest(spark, lake, files, cluster_id=cid, say=_quiet)
-    run_replay(spark, lake, say=_quiet)
+    progress = lake.read("replay_progress").first()
+    assert progress["mode"] == "FULL" and progress["log_rows"] == caught_up["all_rows"]  # the batch replay's row
     stored = lake.read("log_commit").first()["last_offset"]
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
     # what a new stream would replay itself: the records past the stored replay (issue 47 §4's count)
@@ -181,30 +229,25 @@ def test_a_stream_takes_up_the_batch_replay_stored_in_the_lake(spark, tiny_gener
 
 
 def test_a_stream_started_on_a_backlog_lets_the_batch_replay_catch_up_first(spark, tiny_generated, tiny_batch,
-                                                                            tmp_path) -> None:
+                                                                            caught_up) -> None:
     """Issue 47 §4: on a new checkpoint, a cluster with at least ``catch_up_records`` records to replay
     (all of them when the stored replay is the live path's own) is replayed by the batch replay before
     the query starts, and the stream's first micro-batch takes that replay up (no whole replay). Below
     the threshold the stream replays it itself; on a checkpoint with micro-batches, later files are
-    stepped, never caught up. The silver tables end equal to the batch replay of every file."""
+    stepped, never caught up. The silver tables end equal to the batch replay of every file. (The
+    module's ``caught_up`` lake and checkpoint, which this test goes on writing.)"""
     cid = tiny_generated.cluster_id
-    lake = Lake(str(tmp_path / "lake"), spark, backend="deltars")
+    lake, ckpt, n = caught_up["lake"], caught_up["ckpt"], caught_up["n"]
     steps = _tiny_files(tiny_generated)
-    for files in steps[:2]:
-        run_ingest(spark, lake, files, cluster_id=cid, say=_quiet)
-    n = backlogs(lake)[cid]
-    assert n == lake.read("metadata_log").count() > 0
-    below = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck0"), derive_every=0,
-                       catch_up_records=n + 1, say=_quiet)
+    assert n == caught_up["all_rows"] > 0
+    below = caught_up["below"]
     assert below.caught_up == [] and below.whole == 1
-    assert backlogs(lake)[cid] == n  # the live path's replay is not one a stream takes up
+    assert caught_up["after_below"] == n  # the live path's replay is not one a stream takes up
 
-    lines: list[str] = []
-    report = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck1"), derive_every=0,
-                        catch_up_records=n, say=lines.append)
+    report, lines = caught_up["report"], caught_up["lines"]
     said = "\n".join(lines)
     stored = lake.read("log_commit").first()["last_offset"]
-    assert report.caught_up == [cid] and report.whole == 0, said
+    assert report.caught_up == [cid] and report.whole == 0 and caught_up["replays"] == [cid], said
     assert f"{cid} has {n:,} records to replay (>= {n:,}): the batch replay catches up first" in said, said
     assert f"(taken up from the replay stored through offset {stored})" in said, said
     assert report.line().startswith(f"replay stream: batch catch-up of {cid}; ")
@@ -214,14 +257,14 @@ def test_a_stream_started_on_a_backlog_lets_the_batch_replay_catch_up_first(spar
     samples = tiny_generated.lake.read(PROGRESS)
     for parity in (0, 1):
         lake.append(PROGRESS, samples.where(F.col("broker_id") % 2 == parity))
-    lines.clear()
-    metrics = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck1"), derive_every=0,
+    lines = []
+    metrics = run_stream(spark, lake, available_now=True, checkpoint=ckpt, derive_every=0,
                          catch_up_records=1, max_files_per_trigger=1, say=lines.append)
     assert metrics.steps == 0 and metrics.derived == metrics.batches >= 2, lines
     assert sum(ln.strip().startswith("image_snapshots:") for ln in lines) == 1, lines
 
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
-    later = run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ck1"), derive_every=0,
+    later = run_stream(spark, lake, available_now=True, checkpoint=ckpt, derive_every=0,
                        catch_up_records=1, say=_quiet)
     assert later.caught_up == [] and later.whole == 0 and later.steps == 1
     _assert_same(lake, tiny_batch, [*SILVER_TABLES, IMAGE_SNAPSHOTS])
@@ -250,9 +293,10 @@ def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generate
 
 
 def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, replay_runs, tmp_path) -> None:
-    """A real Kafka node's files streamed in: the silver tables equal the session's batch replay of the
-    same three files (``replay_runs``: cluster ``dkoh12``, checked there against the oracle and
-    Kafka's own snapshot)."""
+    """A real Kafka node's files streamed in: the silver tables (with the contract's columns and types)
+    equal the session's batch replay of the same three files, row by row (``replay_runs``: cluster
+    ``dkoh12``, checked there against the oracle and Kafka's own snapshot; its tables as Arrow, read
+    from the lake with delta-rs: no Spark job per table)."""
     cid = "dkoh12"
     prefix = "dkoh12__Systems__"
     seg, snap, boot = (str(real_kraft_dir / (prefix + n)) for n in
@@ -262,10 +306,11 @@ def test_stream_equals_batch_on_real_files(spark, real_kraft_dir, replay_runs, t
     assert run_stream(spark, lake, available_now=True, checkpoint=str(tmp_path / "ckpt"), say=_quiet).batches == 1
     for t in ("topics", "partitions", "brokers", "log_batches"):  # the comparison is not of empty tables
         assert lake.read(t).count() > 0, t
-    for t in SILVER_TABLES:
-        got = lake.read(t)
-        want = replay_runs.res[t].where(F.col("cluster_id") == cid).select(*got.columns)
-        assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+    for t, spec in SILVER_TABLES.items():
+        assert same_schema(lake.schema(t), spark_schema(t)), (t, lake.schema(t))
+        got = lake.read_arrow(t, spec.schema.names).cast(spec.schema)
+        want = replay_runs.got[t].filter(pc.equal(replay_runs.got[t].column("cluster_id"), cid))
+        assert json_rows(got) == json_rows(want), (t, got.num_rows, want.num_rows)
     # the stream watches broker_progress (made empty when missing): no metrics, no lag rows invented
     assert lake.read("broker_progress").count() == 0
     assert lake.read(BROKER_APPLIED).count() == 0 and lake.read(CACHE_LAG).count() == 0
