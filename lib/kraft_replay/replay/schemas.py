@@ -25,6 +25,7 @@ per cluster: where replay started, committed-through offset).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -104,20 +105,25 @@ class SilverTable:
     fields: tuple[pa.Field, ...]
     versioned: bool = True
 
-    @property
+    @cached_property
     def key_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.keys)
 
-    @property
+    @cached_property
     def field_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fields)
 
-    @property
+    @cached_property
+    def entity_names(self) -> tuple[str, ...]:
+        """The entity's own columns but ``changed_fields`` (which a version computes from the others)."""
+        return tuple(n for n in self.field_names if n != "changed_fields")
+
+    @cached_property
     def schema(self) -> pa.Schema:
         tail = VERSION_FIELDS if self.versioned else ()
         return pa.schema([pa.field("cluster_id", pa.string()), *self.keys, *self.fields, *tail])
 
-    @property
+    @cached_property
     def sort_key(self) -> tuple[str, ...]:
         if self.versioned:
             return ("cluster_id", *self.key_names, "valid_from_offset", "record_offset")

@@ -40,6 +40,7 @@ import json
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from datetime import datetime, timezone
 from typing import Any
 
@@ -58,6 +59,7 @@ BEGIN_TXN, END_TXN, ABORT_TXN = API["BEGIN_TRANSACTION"], API["END_TRANSACTION"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _BATCH_ROWS = 65_536
+_PER_KEY_NULLS = int(pa.__version__.split(".")[0]) >= 25
 
 
 def _micros(t: Any) -> int | None:
@@ -230,12 +232,12 @@ class Image:
             prev["valid_to_time"] = vis.time
             if self.closed is not None:
                 self.closed[table].append(prev)
+        names = spec.entity_names
+        entity = None if fields is None else {n: fields[n] for n in names}
         row: dict[str, Any] = {"cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True))}
-        names = [n for n in spec.field_names if n != "changed_fields"]
-        for n in names:
-            row[n] = None if fields is None else fields[n]
-        if "changed_fields" in spec.field_names:
-            row["changed_fields"] = None if fields is None else [n for n in names if cur is None or cur[n] != fields[n]]
+        row.update(dict.fromkeys(names) if entity is None else entity)
+        if len(names) < len(spec.field_names):  # the table has changed_fields
+            row["changed_fields"] = None if entity is None else [n for n in names if cur is None or cur[n] != entity[n]]
         row.update(deleted=fields is None, valid_from_offset=vis.offset, valid_to_offset=None, valid_from_time=vis.time,
                    valid_to_time=None, record_offset=vis.record_offset, record_type=vis.record_type,
                    snapshot_end_offset=vis.snapshot_end_offset)
@@ -246,7 +248,7 @@ class Image:
         if fields is None:
             del self.cur[table][key]
         else:
-            self.cur[table][key] = {n: fields[n] for n in names}
+            self.cur[table][key] = entity
         if table == "partitions":
             (self.topic_partitions[key[0]].discard if fields is None else self.topic_partitions[key[0]].add)(key[1])
 
@@ -988,17 +990,31 @@ def table_rows(name: str, rows: list[dict[str, Any]], sort: bool = True) -> pa.T
     by its sort key (in the given order with ``sort=False``)."""
     spec = SILVER_TABLES[name]
     schema = spec.schema
-    keycols = spec.sort_key
-    ordered = sorted(rows, key=lambda r: sort_tuple(r.get(c) for c in keycols)) if sort else rows
     cols = []
     for f in schema:
-        vals = [r.get(f.name) for r in ordered]
+        try:
+            vals = list(map(itemgetter(f.name), rows))
+        except KeyError:  # rows that leave the column out: null there
+            vals = [r.get(f.name) for r in rows]
         if pa.types.is_timestamp(f.type):
             vals = [_micros(v) for v in vals]
             cols.append(pa.array(vals, pa.int64()).cast(f.type))
         else:
             cols.append(pa.array(vals, f.type))
-    return pa.Table.from_arrays(cols, schema=schema)
+    table = pa.Table.from_arrays(cols, schema=schema)
+    if not sort or table.num_rows < 2:
+        return table
+    # Arrow's sort is stable and puts nulls first, as sorted() with sort_tuple does (strings compare as
+    # their UTF-8 bytes, in code point order)
+    return table.take(sort_indices_nulls_first(table, spec.sort_key))
+
+
+def sort_indices_nulls_first(table: pa.Table, columns: Iterable[str]) -> pa.Array:
+    """The indices that sort ``table`` stably by ``columns`` ascending, nulls first (where nulls go is
+    given per key from pyarrow 25 on, for all keys at once before)."""
+    if _PER_KEY_NULLS:
+        return pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in columns])
+    return pc.sort_indices(table, sort_keys=[(c, "ascending") for c in columns], null_placement="at_start")
 
 
 class SequentialResult:
