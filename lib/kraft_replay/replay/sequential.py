@@ -40,8 +40,8 @@ import json
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from operator import itemgetter
 from datetime import datetime, timezone
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -236,7 +236,7 @@ class Image:
         entity = None if fields is None else {n: fields[n] for n in names}
         row: dict[str, Any] = {"cluster_id": self.cluster_id, **dict(zip(spec.key_names, key, strict=True))}
         row.update(dict.fromkeys(names) if entity is None else entity)
-        if len(names) < len(spec.field_names):  # the table has changed_fields
+        if "changed_fields" in spec.field_names:
             row["changed_fields"] = None if entity is None else [n for n in names if cur is None or cur[n] != entity[n]]
         row.update(deleted=fields is None, valid_from_offset=vis.offset, valid_to_offset=None, valid_from_time=vis.time,
                    valid_to_time=None, record_offset=vis.record_offset, record_type=vis.record_type,
@@ -1006,10 +1006,10 @@ def table_rows(name: str, rows: list[dict[str, Any]], sort: bool = True) -> pa.T
         return table
     # Arrow's sort is stable and puts nulls first, as sorted() with sort_tuple does (strings compare as
     # their UTF-8 bytes, in code point order)
-    return table.take(sort_indices_nulls_first(table, spec.sort_key))
+    return table.take(_sort_indices_nulls_first(table, spec.sort_key))
 
 
-def sort_indices_nulls_first(table: pa.Table, columns: Iterable[str]) -> pa.Array:
+def _sort_indices_nulls_first(table: pa.Table, columns: Iterable[str]) -> pa.Array:
     """The indices that sort ``table`` stably by ``columns`` ascending, nulls first (where nulls go is
     given per key from pyarrow 25 on, for all keys at once before)."""
     if _PER_KEY_NULLS:
