@@ -1,6 +1,6 @@
-"""The pipeline on native Delta: ``kraft-replay --backend delta-spark`` ingest, replay, outcomes and
-report of the tiny cluster write the tables the embedded backend writes, delta-rs reads them, and Delta's
-own SQL reads them through ``kraft-replay sql``."""
+"""The pipeline on native Delta: ``kraft-replay --backend delta-spark`` generate, ingest, replay, outcomes
+and report of the tiny cluster write the tables the embedded backend writes, delta-rs reads them, and
+Delta's own SQL reads them through ``kraft-replay sql``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ RUN_COLUMNS = {"run_id", "ingested_at", "replayed_at", "computed_at", "published
 #: directly), an ingest names the segment file and byte position
 SOURCE_COLUMNS = {"source_file", "source_position"}
 #: the generator's workload beside the log (what brokers applied and the requests clients sent): copied
-#: into the native lake as they are, the log itself comes through ``ingest``
+#: from the native generator's lake into the lake ``ingest`` fills, the log itself comes through ``ingest``
 WORKLOAD = ("broker_progress", "metadata_requests", "produce_requests", "feature_update_requests", "scenario_events")
 #: tables only ``ingest`` writes (the files it read, what it could not decode)
 ONE_SIDED = {"ingest_files", "ingest_quarantine", "ingest_quarantine_raw"}
@@ -48,22 +48,54 @@ def _rows(reader: LakeReader, name: str) -> list[str]:
     return sorted(r.replace(root, "<lake>") for r in json_rows(table))
 
 
+def _same_tables(ours: LakeReader, theirs: LakeReader, names: list[str]) -> None:
+    """Each of ``names`` delta-rs reads alike in both lakes (row by row, stamps and paths aside)."""
+    for name in names:
+        got, want = _rows(ours, name), _rows(theirs, name)
+        assert got == want, (name, len(got), len(want), sorted(set(got) ^ set(want))[:3])
+
+
+def _files(root: Path) -> list[str]:
+    """The files under ``root``, as paths relative to it."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _with_key_of(root: Path, lake_dir: Path) -> Path:
+    """``root`` made, holding ``lake_dir``'s fingerprint key (credentials then fingerprint alike)."""
+    root.mkdir()
+    shutil.copytree(lake_dir / KEY_DIR, root / KEY_DIR)
+    return root
+
+
 def test_the_pipeline_on_delta_spark_writes_the_embedded_backends_tables(spark, gold_tiny, tiny_generated, tmp_path,
                                                                          capsys):
-    """ingest (the tiny cluster's segment files, beside a copy of its generated workload), replay, outcomes and report with ``--backend
-    delta-spark``, each the CLI in this process (its session carries Delta's jars): every table delta-rs
-    reads equals the embedded backend's (the suite's shared ``gold_tiny`` lake: the same cluster generated,
-    replayed and its outcomes computed on ``deltars``), and Spark reads a table of each layer alike. The
-    lake takes the embedded lake's fingerprint key, so credentials fingerprint alike."""
+    """generate (the tiny scenario, its lake and segment files), ingest (those segment files, beside a
+    copy of the generated workload), replay, outcomes and report with ``--backend delta-spark``, each the
+    CLI in this process (its session carries Delta's jars). The generator writes the segment files byte
+    for byte and the tables delta-rs reads as the suite's embedded ``tiny_generated``; after ingest, replay
+    and outcomes every table equals the embedded ``gold_tiny`` lake's (the same cluster generated,
+    replayed and its outcomes computed on ``deltars``), and Spark reads a table of each layer alike. Both
+    native lakes take the embedded lakes' fingerprint key, so credentials fingerprint alike."""
     from kraft_replay.serve.cli import main
 
-    native_root = tmp_path / "native"
-    native_root.mkdir()
-    shutil.copytree(Path(gold_tiny.root.replace("file://", "")) / KEY_DIR, native_root / KEY_DIR)
-    for name in WORKLOAD:
-        shutil.copytree(tiny_generated.lake_dir / name, native_root / name)
     base = ["--profile", "test", "--backend", "delta-spark"]
-    for argv in (["ingest", str(tiny_generated.segments_dir), "--cluster-id", tiny_generated.cluster_id], ["replay"],
+    generated_root = _with_key_of(tmp_path / "generated", tiny_generated.lake_dir)
+    segments = tmp_path / "segments"
+    assert main([*base, "generate", "--scenario", "tiny", "--lake", str(generated_root),
+                 "--segments-out", str(segments)]) == 0
+    files = _files(segments)
+    assert files == _files(tiny_generated.segments_dir) and any(f.endswith(".log") for f in files), files
+    for name in files:
+        assert (segments / name).read_bytes() == (tiny_generated.segments_dir / name).read_bytes(), name
+    generated = Lake(str(generated_root), spark, backend="delta-spark")
+    names = sorted(tiny_generated.lake.table_names())
+    assert sorted(generated.table_names()) == names and "metadata_log" in names, (generated.table_names(), names)
+    _same_tables(LakeReader(generated.root), LakeReader(tiny_generated.lake.root), names)
+
+    native_root = _with_key_of(tmp_path / "native", Path(gold_tiny.root.replace("file://", "")))
+    for name in WORKLOAD:
+        shutil.copytree(generated_root / name, native_root / name)
+    for argv in (["ingest", str(segments), "--cluster-id", tiny_generated.cluster_id], ["replay"],
                  ["outcomes"], ["report", "--out", str(tmp_path / "report.html")]):
         assert main([*base, *argv, "--lake", str(native_root)]) == 0, argv
     capsys.readouterr()
@@ -74,9 +106,7 @@ def test_the_pipeline_on_delta_spark_writes_the_embedded_backends_tables(spark, 
     assert sorted(set(native.table_names()) - ONE_SIDED) == names and len(names) >= 30, (native.table_names(), names)
     ours, theirs = LakeReader(native.root), LakeReader(embedded.root)
     assert ours.scan("ingest_quarantine").num_rows == 0  # the rows readers see, as delta-rs reads them
-    for name in names:  # delta-rs reads what Delta wrote, and it is what the embedded backend wrote
-        got, want = _rows(ours, name), _rows(theirs, name)
-        assert got == want, (name, len(got), len(want), sorted(set(got) ^ set(want))[:3])
+    _same_tables(ours, theirs, names)  # delta-rs reads what Delta wrote, and it is what the embedded backend wrote
     for name in THROUGH_SPARK:
         assert_df_equality(_comparable(native, name), _comparable(embedded, name), ignore_row_order=True,
                            ignore_nullable=True)
