@@ -63,11 +63,11 @@ def _per_row_source(spark: SparkSession):
 
     class PerRowReader(LakeStreamReader):
         def partitions(self, start, end):
-            return [FileBin([(f"{self._path}/{f.path}", f.partition_values)]) for f in self._between(start, end)]
+            return [FileBin([(f"{self._path}/{f.path}", f.partition_values, v)]) for f, v in self._between(start, end)]
 
         def read(self, partition):
             names = self.schema.fieldNames()
-            for path, pv in partition.files:
+            for path, pv, _version in partition.files:
                 table = pq.read_table(path)
                 cols = [table.column(n).to_pylist() if n in table.column_names else
                         [int(pv[n])] * table.num_rows for n in names]
