@@ -235,9 +235,10 @@ def test_py4j_keeps_the_classes_and_methods_it_looked_up_but_no_field(spark, mon
         jvm.java.lang.Integer.noSuchMember
 
 
-def test_a_live_replay_adds_the_profiles_stream_java_options(tmp_path, monkeypatch):
+def test_a_live_replay_adds_the_profiles_stream_java_options_and_fair_scheduling(tmp_path, monkeypatch):
     """The local profile's ``stream_java_options`` go after its ``java_options`` in ``replay --mode
-    stream``'s session, and in no other command's."""
+    stream``'s session, and FAIR scheduling (its derive jobs in a pool beside the micro-batches) unless
+    the profile says otherwise; in no other command's."""
     import kraft_replay.spark
     from kraft_replay.config import load_profile, stream_profile
     from kraft_replay.serve.cli import main
@@ -246,10 +247,15 @@ def test_a_live_replay_adds_the_profiles_stream_java_options(tmp_path, monkeypat
     assert "-XX:GCTimeRatio=4" in local.spark.stream_java_options
     live = stream_profile(local)
     assert live.spark.java_options == f"{local.spark.java_options} {local.spark.stream_java_options}".strip()
-    assert live.spark.model_dump(exclude={"java_options"}) == local.spark.model_dump(exclude={"java_options"})
+    assert live.spark.conf == {**local.spark.conf, "spark.scheduler.mode": "FAIR"}  # the derive beside the stream
+    assert (live.spark.model_dump(exclude={"java_options", "conf"})
+            == local.spark.model_dump(exclude={"java_options", "conf"}))
     assert live.lake == local.lake and local.spark.java_options == ""  # the profile itself unchanged
+    assert "spark.scheduler.mode" not in local.spark.conf
     test = load_profile("test")
-    assert stream_profile(test) is test  # none set: the same profile
+    fifo = test.model_copy(update={"spark": test.spark.model_copy(update={"conf": {"spark.scheduler.mode": "FIFO"}})})
+    assert stream_profile(test).spark.java_options == test.spark.java_options  # no stream options: as they were
+    assert stream_profile(fifo).spark.conf["spark.scheduler.mode"] == "FIFO"  # the profile's own setting wins
 
     sessions: list[str] = []
 
@@ -257,11 +263,11 @@ def test_a_live_replay_adds_the_profiles_stream_java_options(tmp_path, monkeypat
         pass
 
     def fake_spark(profile, **_kw):  # noqa: ANN001, ANN202 - stands in for the session
-        sessions.append(profile.spark.java_options)
+        sessions.append((profile.spark.java_options, profile.spark.conf.get("spark.scheduler.mode")))
         raise Stop
 
     monkeypatch.setattr(kraft_replay.spark, "get_spark", fake_spark)
     for argv in (["replay", "--mode", "stream"], ["replay"], ["outcomes"]):
         with pytest.raises(Stop):
             main(["--profile", "local", "--lake", str(tmp_path / "lake"), *argv])
-    assert sessions == [live.spark.java_options, "", ""]
+    assert sessions == [(live.spark.java_options, "FAIR"), ("", None), ("", None)]

@@ -59,13 +59,23 @@ class Profile(BaseModel):
     lake: LakeProfile = Field(default_factory=LakeProfile)
 
 
+#: the Spark settings of a live replay's session, unless its profile sets them: the process runs the
+#: stream's micro-batches and the derived tables' batch jobs side by side (a thread of their own), and
+#: under FIFO scheduling a micro-batch's one task waited behind every task a derive job had queued;
+#: under FAIR scheduling each pool (the stream's ``default``, the derive's :data:`DERIVE_POOL`) takes
+#: the next free core in turn
+STREAM_CONF = {"spark.scheduler.mode": "FAIR"}
+#: the scheduler pool of the live replay's derive jobs (``spark.scheduler.pool``)
+DERIVE_POOL = "derive"
+
+
 def stream_profile(profile: Profile) -> Profile:
-    """``profile`` as a live replay's process uses it: its ``stream_java_options`` after its ``java_options``."""
+    """``profile`` as a live replay's process uses it: its ``stream_java_options`` after its
+    ``java_options``, and :data:`STREAM_CONF` where its ``conf`` says nothing else."""
     sp = profile.spark
-    if not sp.stream_java_options.strip():
-        return profile
     options = f"{sp.java_options} {sp.stream_java_options}".strip()
-    return profile.model_copy(update={"spark": sp.model_copy(update={"java_options": options})})
+    conf = {**STREAM_CONF, **sp.conf}
+    return profile.model_copy(update={"spark": sp.model_copy(update={"java_options": options, "conf": conf})})
 
 
 def load_profile(name_or_path: str = "local") -> Profile:

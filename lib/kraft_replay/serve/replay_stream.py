@@ -141,6 +141,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     :class:`~kraft_replay.replay.run.ReplayError`. On a new checkpoint, clusters with at least
     ``catch_up_records`` records to replay are caught up by the batch replay first (:func:`catch_up`;
     None: never). A failing micro-batch stops the query and raises :class:`StreamFailed`."""
+    from kraft_replay.config import DERIVE_POOL
     from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
     from kraft_replay.lake.stream import sink_app_id
     from kraft_replay.replay.live_stream import OUTPUT, LiveReplay, changes, ensure_silver_tables, micro_batch
@@ -182,9 +183,11 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     worker: list[threading.Thread] = []
     failed: list[BaseException] = []
 
-    def run_derive(clusters: list[str], due_images: list[str]) -> None:
+    def run_derive(clusters: list[str], due_images: list[str], pool: str | None = None) -> None:
         t0 = time.time()
         try:
+            if pool is not None:  # the thread's jobs in a pool of their own, beside the stream's (STREAM_CONF)
+                spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
             derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()),
                    images=due_images)
         except BaseException as exc:  # noqa: BLE001 - raised in the stream's thread (due)
@@ -213,8 +216,8 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
                 if failed:
                     raise failed.pop()
             else:
-                worker[:] = [threading.Thread(target=run_derive, args=(clusters, due_images), name="kraft-replay-derive",
-                                              daemon=True)]
+                worker[:] = [threading.Thread(target=run_derive, args=(clusters, due_images, DERIVE_POOL),
+                                              name="kraft-replay-derive", daemon=True)]
                 worker[0].start()
 
     def sink(batch, batch_id: int) -> None:  # noqa: ANN001 - a DataFrame
