@@ -110,6 +110,11 @@ def test_the_log_file_takes_python_warnings_and_an_empty_one_is_removed(tmp_path
         os.close(quiet.open_fd())
         quiet.redirect_python()
     assert quiet.path is None and not (tmp_path / "empty").exists()
+    with spark_output_to(lambda: tmp_path / "notice" / "lake" / "_logs", "sql") as notice:
+        fd = notice.open_fd()
+        os.write(fd, f"{INCUBATOR}: jdk.incubator.vector\n".encode())  # what Java prints at every start
+        os.close(fd)
+    assert notice.path is None and not (tmp_path / "notice").exists()  # a query of a lake not there leaves nothing
     with spark_output_to(lambda: tmp_path / "never", "dashboard") as unused:  # no session started: no file
         pass
     assert unused.path is None and not (tmp_path / "never").exists()
@@ -124,6 +129,6 @@ def test_a_lake_that_cannot_take_the_log_sends_it_to_the_local_directory(tmp_pat
     (tmp_path / "lake").write_text("a file where the lake's directory should be")
     with spark_output_to(lambda: tmp_path / "lake" / "_logs", "sql") as log:
         fd = log.open_fd()
-        os.write(fd, b"WARNING: Using incubator modules: jdk.incubator.vector\n")
+        os.write(fd, b"WARNING: Using incubator modules: jdk.incubator.vector\n12:00:00 WARN SparkConf: a warning\n")
         os.close(fd)
     assert log.path is not None and log.path.parent == local_log_dir() == tmp_path / "tmp" / f"kraft-replay-{os.getuid()}" / "_logs"

@@ -7,7 +7,8 @@ Errors that users can fix (bad input, missing files, lake problems) are raised a
 
 The console shows a command's own progress and summary lines only: Spark's output (log4j, the JVM's
 warnings, PySpark's Python warnings) goes to ``<lake>/_logs/<command>-<timestamp>.log``, named on
-stderr at the end when anything was written there (``--verbose``: all of it on stderr instead).
+stderr at the end when anything but the Java runtime's start-up notice was written there (``--verbose``:
+all of it on stderr instead).
 """
 
 from __future__ import annotations

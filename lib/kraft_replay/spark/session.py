@@ -234,6 +234,19 @@ def local_log_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"kraft-replay-{os.getuid()}" / "_logs"
 
 
+#: what the Java runtime prints at every start when Spark adds the vector module (Spark 4.2's launcher
+#: always does): a notice, not a warning of the run's
+JAVA_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+def _says_something(path: Path) -> bool:
+    """Whether the log file holds more than the Java runtime's start-up notice (:data:`JAVA_NOTICE`)."""
+    if path.stat().st_size > 64 * 1024:
+        return True
+    return any(line.strip() and line.strip() != JAVA_NOTICE
+               for line in path.read_text(encoding="utf-8", errors="replace").splitlines())
+
+
 class SparkLog:
     """The file a process's Spark output goes to (see :func:`spark_output_to`): ``<dir>/<name>-<UTC
     timestamp>.log``, created when this process starts its SparkSession (``path`` is None until then)."""
@@ -313,8 +326,9 @@ class SparkLog:
             self._restore.append(back)
 
     def close(self) -> Path | None:
-        """Restore the driver's Python warnings and logging; the file if anything was written to it,
-        else None (the empty file is removed, and the directories made for it when left empty)."""
+        """Restore the driver's Python warnings and logging; the file if anything but the Java runtime's
+        start-up notice was written to it, else None (the file is removed, and the directories made for
+        it when left empty: a query on a lake that is not there leaves nothing behind)."""
         for undo in reversed(self._restore):
             undo()
         self._restore.clear()
@@ -324,7 +338,7 @@ class SparkLog:
         if self.path is None:
             return None
         try:
-            if self.path.stat().st_size > 0:
+            if _says_something(self.path):
                 return self.path
             self.path.unlink()
         except FileNotFoundError:
@@ -348,8 +362,8 @@ def spark_output_to(directory: Callable[[], Path], name: str) -> Iterator[SparkL
     warnings, log4j's console appender, the Python workers forked from it, for the JVM's life), and
     the driver's Python warnings and PySpark log records (for the block). ``directory`` is called,
     and the file created, only when the session starts. After the block the yielded
-    :class:`SparkLog`'s ``path`` is the file if anything was written to it, else None (the empty file
-    is removed). A session already running, or a JVM started by ``spark-submit``, keeps its output
+    :class:`SparkLog`'s ``path`` is the file if anything but the Java runtime's start-up notice was
+    written to it, else None (the file is removed). A session already running, or a JVM started by ``spark-submit``, keeps its output
     where it goes."""
     global _SPARK_LOG
     log, previous = SparkLog(directory, name), _SPARK_LOG
