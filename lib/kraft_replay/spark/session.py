@@ -363,8 +363,8 @@ def spark_output_to(directory: Callable[[], Path], name: str) -> Iterator[SparkL
     the driver's Python warnings and PySpark log records (for the block). ``directory`` is called,
     and the file created, only when the session starts. After the block the yielded
     :class:`SparkLog`'s ``path`` is the file if anything but the Java runtime's start-up notice was
-    written to it, else None (the file is removed). A session already running, or a JVM started by ``spark-submit``, keeps its output
-    where it goes."""
+    written to it, else None (the file is removed). A session already running, or a JVM started by
+    ``spark-submit``, keeps its output where it goes."""
     global _SPARK_LOG
     log, previous = SparkLog(directory, name), _SPARK_LOG
     _SPARK_LOG = log
