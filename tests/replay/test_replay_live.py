@@ -28,8 +28,9 @@ from replay_scenarios import SCENARIOS, T1, base_cluster  # noqa: E402
 from kraft_replay.codec.files import classify  # noqa: E402
 from kraft_replay.ingest.bronze import decode_to_arrow  # noqa: E402
 from kraft_replay.ingest.schemas import CONTROL_SCHEMA, LOG_SCHEMA, QUARANTINE_SCHEMA, SNAPSHOT_SCHEMA  # noqa: E402
+from kraft_replay.replay.image_rows import image_rows, mv_changes  # noqa: E402
 from kraft_replay.replay.live import LiveCluster, Step, Unabsorbable, apply_step  # noqa: E402
-from kraft_replay.replay.schemas import SILVER_TABLES  # noqa: E402
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 Unit = tuple[pa.Table, pa.Table, pa.Table]
@@ -116,6 +117,12 @@ def _run(cluster_id: str, steps: list[Unit], *, pickled: bool = False,
             if not _sorted(want[t]).equals(_sorted(got)):
                 diff = first_difference(t, want[t], got)
                 assert diff is None, f"{cluster_id}, step {n} of {len(steps)}: {diff}"
+        # the images at the metadata.version changes, step by step: those of the whole replay so far
+        versions = {t: want[t] for t in VERSIONED_TABLES}
+        images = image_rows(cluster_id, versions, mv_changes(versions["features"]))
+        got = tables.get(IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA.empty_table())
+        assert _sorted(got).equals(_sorted(images)), f"{cluster_id}, step {n}: image_snapshots {got.num_rows} rows, " \
+            f"{images.num_rows} in the whole replay's images"
     return fallbacks, absorbed
 
 
@@ -350,7 +357,8 @@ def test_the_sink_writes_each_step_so_the_lake_equals_a_whole_replay(tmp_path: P
     """The stream's sink (``live_stream.write_steps``) on a driver-only lake (delta-rs, no Spark): a
     cluster fed step by step — a whole replay first, absorbed steps, a rewritten tail replayed whole —
     leaves the published tables equal to a whole sequential replay after every step; the versioned
-    tables' closed versions stay in files of their own; a micro-batch written again changes nothing."""
+    tables' closed versions stay in files of their own; a micro-batch written again changes nothing;
+    ``image_snapshots`` holds the images at each metadata.version change so far."""
     from kraft_replay.lake import Lake
     from kraft_replay.replay.live_stream import QUARANTINE, ensure_silver_tables, write_steps
     from kraft_replay.replay.schemas import VERSIONED_TABLES
@@ -359,6 +367,7 @@ def test_the_sink_writes_each_step_so_the_lake_equals_a_whole_replay(tmp_path: P
     ensure_silver_tables(lake)
     b = BronzeLog("sink")
     base_cluster(b)
+    b.batch(mv(14))  # an image at a metadata.version change in an absorbed step
     b.batch(rec("BEGIN_TRANSACTION_RECORD", name="t"))
     b.batch(change(T1, 0, isr=[1]))
     b.batch(rec("END_TRANSACTION_RECORD"))
@@ -392,6 +401,10 @@ def test_the_sink_writes_each_step_so_the_lake_equals_a_whole_replay(tmp_path: P
                 assert diff is None, f"step {n}: {diff}"
         q = lake.read_arrow(QUARANTINE, ["reason_code"])
         assert q.num_rows == want.quarantine.num_rows, f"step {n}: quarantine"
+        versions = {t: want[t] for t in VERSIONED_TABLES}
+        images = lake.read_arrow(IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA.names).cast(IMAGE_SNAPSHOTS_SCHEMA)
+        assert _sorted(images).equals(_sorted(image_rows("sink", versions, mv_changes(versions["features"])))), n
+    assert sorted(set(images.column("image_offset").to_pylist())) == [0, 10], images.num_rows  # 3.5-IV2, then 3.6-IV2
     assert kinds[0] and kinds[-2:] == [True, False] and not any(kinds[1:-2]), kinds  # the fork: one whole replay
     progress = lake.read_arrow("replay_progress", ["mode", "reason"]).to_pylist()
     assert progress == [{"mode": "LIVE", "reason": None}]

@@ -25,7 +25,9 @@ from kraft_replay.lake.schema import same_schema
 from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.run import OUTCOME_TABLES
 from kraft_replay.replay.run import BRONZE_INPUTS, PROGRESS
-from kraft_replay.replay.schemas import BROKER_APPLIED, IMAGE_SNAPSHOTS, SILVER_TABLES
+from kraft_replay.replay.image_rows import image_rows, mv_changes
+from kraft_replay.replay.schemas import (
+    BROKER_APPLIED, IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, REQUESTED, SILVER_TABLES, VERSIONED_TABLES)
 from kraft_replay.replay.versioning import spark_schema
 from kraft_replay.replay.live_stream import SOURCE, changes
 from kraft_replay.serve.replay_stream import backlogs, run_stream
@@ -252,8 +254,8 @@ def test_a_stream_started_on_a_backlog_lets_the_batch_replay_catch_up_first(spar
     assert f"(taken up from the replay stored through offset {stored})" in said, said
     assert report.line().startswith(f"replay stream: batch catch-up of {cid}; ")
 
-    # broker samples alone, in micro-batches of one file each and a derive after each: the process's
-    # first derive makes image_snapshots, the later ones leave them (no step changed an image)
+    # broker samples alone, in micro-batches of one file each and a derive after each: no derive writes
+    # image_snapshots (the images at metadata.version changes come with the operator's steps)
     samples = tiny_generated.lake.read(PROGRESS)
     for parity in (0, 1):
         lake.append(PROGRESS, samples.where(F.col("broker_id") % 2 == parity))
@@ -261,13 +263,25 @@ def test_a_stream_started_on_a_backlog_lets_the_batch_replay_catch_up_first(spar
     metrics = run_stream(spark, lake, available_now=True, checkpoint=ckpt, derive_every=0,
                          catch_up_records=1, max_files_per_trigger=1, say=lines.append)
     assert metrics.steps == 0 and metrics.derived == metrics.batches >= 2, lines
-    assert sum(ln.strip().startswith("image_snapshots:") for ln in lines) == 1, lines
+    assert not any(ln.strip().startswith("image_snapshots:") for ln in lines), lines
+    versions_before = lake.published_versions()[IMAGE_SNAPSHOTS]
 
+    # the rest stepped, with an image asked for at the stored replay's end (the derive's, REQUESTED)
     run_ingest(spark, lake, steps[2], cluster_id=cid, say=_quiet)
+    lines = []
     later = run_stream(spark, lake, available_now=True, checkpoint=ckpt, derive_every=0,
-                       catch_up_records=1, say=_quiet)
+                       catch_up_records=1, image_at=[stored], say=lines.append)
     assert later.caught_up == [] and later.whole == 0 and later.steps == 1
-    _assert_same(lake, tiny_batch, [*SILVER_TABLES, IMAGE_SNAPSHOTS])
+    assert lake.published_versions()[IMAGE_SNAPSHOTS] > versions_before
+    _assert_same(lake, tiny_batch, [*SILVER_TABLES])
+    got = lake.read_arrow(IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA.names).cast(IMAGE_SNAPSHOTS_SCHEMA)
+    asked = pc.equal(got.column("trigger"), REQUESTED)
+    want = tiny_batch.read_arrow(IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA.names).cast(IMAGE_SNAPSHOTS_SCHEMA)
+    assert json_rows(got.filter(pc.invert(asked))) == json_rows(want) and want.num_rows > 0  # the kernel's
+    versions = {t: tiny_batch.read_arrow(t, SILVER_TABLES[t].schema.names) for t in VERSIONED_TABLES}
+    level = [lv for o, lv in mv_changes(versions["features"]) if o <= stored][-1]
+    image = image_rows(cid, versions, [(stored, level)], trigger=REQUESTED)
+    assert json_rows(got.filter(asked)) == json_rows(image) and image.num_rows > 10, "\n".join(lines)
 
 
 def test_changes_arrive_in_micro_batches_of_at_most_n_files(spark, tiny_generated, tmp_path) -> None:

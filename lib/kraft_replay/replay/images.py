@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from kraft_replay.replay.features import DEFAULT_MV_LEVEL, METADATA_VERSION, MV_NAMES
 from kraft_replay.replay.losses import dropped_at
-from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
+from kraft_replay.replay.schemas import MV_CHANGE, REQUESTED, SILVER_TABLES, VERSIONED_TABLES
 from kraft_replay.replay.versioning import spark_schema
 
 __all__ = ["DOMAINS", "ImageError", "as_of", "as_of_range", "resolve_offset", "broker_offset", "image", "image_frames", "image_json",
@@ -83,7 +83,8 @@ def metadata_version_changes(features: DataFrame) -> DataFrame:
 
 
 def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None = None,
-                    since: int | None = None, live: dict[str, DataFrame] | None = None) -> DataFrame:
+                    since: int | None = None, live: dict[str, DataFrame] | None = None,
+                    changes: bool = True) -> DataFrame:
     """The ``image_snapshots`` table (schemas.IMAGE_SNAPSHOTS_SCHEMA): the full image — every live
     entity of every domain in ``versions`` — at each metadata.version change
     (:func:`metadata_version_changes`, trigger ``METADATA_VERSION_CHANGE``) and at each row of
@@ -95,18 +96,24 @@ def image_snapshots(versions: dict[str, DataFrame], requested: DataFrame | None 
     only the images at offsets after it (an incremental replay's). ``live``: per domain, its entities
     of the images already picked (the table's columns and ``image_offset``, visible at that offset:
     at least every image's; e.g. the partitions the replay's tasks picked as they wrote them) —
-    joined on the image instead of the range join over every version."""
-    at = metadata_version_changes(versions["features"]).withColumn("trigger", F.lit("METADATA_VERSION_CHANGE"))
-    if since is not None:
-        at = at.where(F.col("image_offset") > F.lit(since))
+    joined on the image instead of the range join over every version. ``changes=False``: only the
+    images of ``requested`` (the live replay writes those at the changes itself,
+    :mod:`kraft_replay.replay.image_rows`)."""
+    at = None
+    if changes:
+        at = metadata_version_changes(versions["features"]).withColumn("trigger", F.lit(MV_CHANGE))
+        if since is not None:
+            at = at.where(F.col("image_offset") > F.lit(since))
     if requested is not None:
         mv = (as_of_range(versions["features"].where(F.col("name") == METADATA_VERSION),
                           requested.select("cluster_id", F.col("image_offset").cast("long")), "image_offset")
               .select(F.col("_o.cluster_id").alias("cluster_id"), F.col("_o.image_offset").alias("image_offset"),
                       F.col("_v.feature_level").cast("short").alias("metadata_version_level")))
         req = (requested.select("cluster_id", F.col("image_offset").cast("long")).distinct()
-               .join(mv, ["cluster_id", "image_offset"], "left").withColumn("trigger", F.lit("REQUESTED")))
-        at = at.unionByName(req)
+               .join(mv, ["cluster_id", "image_offset"], "left").withColumn("trigger", F.lit(REQUESTED)))
+        at = req if at is None else at.unionByName(req)
+    if at is None:
+        raise ValueError("image_snapshots: no images asked for (changes=False and no requested offsets)")
     at = at.select("cluster_id", "image_offset", "trigger",
                    F.coalesce("metadata_version_level", F.lit(DEFAULT_MV_LEVEL).cast("short")).alias("metadata_version_level"))
     parts = []

@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraft_replay.ingest.schemas import QUARANTINE_SCHEMA
-from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
+from kraft_replay.replay.image_rows import image_rows, mv_changes
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES
 from kraft_replay.replay.sequential import (
     SequentialResult, Snapshot, _as_table, _batches, _BATCH_KEY, _ClusterReplay, _divergent, _gaps, _log_positions,
     _snapshots, batch_rows, start_snapshot, table_rows)
@@ -59,7 +60,9 @@ class Step:
     open versions of the entities the step touched (they replace those entities' open versions:
     :func:`open_versions_kept`);
     ``log_batches`` rows are new or changed (by batch key); ``replay_anomalies`` rows are new;
-    ``log_commit`` is the cluster's row. See :func:`apply_step`."""
+    ``image_snapshots`` rows are the images at the step's metadata.version changes (new; a whole step:
+    every image of the cluster at such a change); ``log_commit`` is the cluster's row. See
+    :func:`apply_step`."""
 
     cluster_id: str
     whole: bool
@@ -101,7 +104,8 @@ def apply_step(tables: dict[str, pa.Table], step: Step) -> dict[str, pa.Table]:
     out = dict(tables)
     cid = step.cluster_id
     for name, rows in step.tables.items():
-        cur = out.get(name, SILVER_TABLES[name].schema.empty_table())
+        schema = IMAGE_SNAPSHOTS_SCHEMA if name == IMAGE_SNAPSHOTS else SILVER_TABLES[name].schema
+        cur = out.get(name, schema.empty_table())
         mine = _cluster(cur, cid)
         if step.whole or name == "log_commit":
             keep = pc.invert(mine)
@@ -112,7 +116,7 @@ def apply_step(tables: dict[str, pa.Table], step: Step) -> dict[str, pa.Table]:
             index = cur.select(BATCH_KEY).append_column("_i", pa.array(np.arange(cur.num_rows), pa.int64()))
             gone = index.join(rows.select(BATCH_KEY), BATCH_KEY, join_type="left semi").column("_i")
             keep = pc.invert(pc.is_in(index.column("_i"), value_set=gone.combine_chunks()))
-        else:  # replay_anomalies: appended
+        else:  # replay_anomalies, image_snapshots: appended
             keep = pa.array(np.ones(cur.num_rows, dtype=bool))
         out[name] = pa.concat_tables([cur.filter(keep), rows.cast(cur.schema)])
     return out
@@ -189,6 +193,8 @@ class LiveCluster:
         run.run()
         res = SequentialResult([run])
         step = Step(cluster_id, True, dict(res.tables), res.quarantine, reason, run.replayed)
+        versions = {t: res.tables[t] for t in VERSIONED_TABLES}
+        step.tables[IMAGE_SNAPSHOTS] = image_rows(cluster_id, versions, mv_changes(versions["features"]))
         ids = _snapshot_ids(snapshots, _control_parts(control)[1])
         return cls(run, ids), step
 
@@ -233,6 +239,31 @@ class LiveCluster:
         self.pending = self.pending.filter(pc.invert(covered))
         i = now.schema.get_field_index("certainly_committed")
         return now.set_column(i, now.schema.field(i), pa.array([True] * now.num_rows, pa.bool_()))
+
+    def _images(self, out: dict[str, pa.Table], before: int | None, level_before: int | None) -> pa.Table | None:
+        """The ``image_snapshots`` rows of a step's metadata.version changes (None: none), the images
+        at offsets after ``before`` (the last offset replayed before it; ``level_before``: the
+        metadata.version level open then): every version visible at such an offset is open now or
+        was closed by the step (``out``'s rows)."""
+        if "features" not in out:
+            return None
+        at = mv_changes(out["features"], after=before, level_before=level_before)
+        if not at:
+            return None
+        img = self.run.img
+        versions = {}
+        for t in VERSIONED_TABLES:
+            opened = table_rows(t, list(img.last_row[t].values()), sort=False)
+            if t in out:
+                closed = out[t].filter(pc.is_valid(out[t].column("valid_to_offset")))
+                opened = pa.concat_tables([opened, closed])
+            versions[t] = opened
+        return image_rows(self.cluster_id, versions, at)
+
+    def _mv_level(self) -> int | None:
+        """The level of the open ``metadata.version`` version (None: none, or deleted)."""
+        row = self.run.img.last_row["features"].get(("metadata.version",))
+        return None if row is None or row["deleted"] else row["feature_level"]
 
     def step(self, log: pa.Table | None = None, control: pa.Table | None = None,
              snapshots: pa.Table | None = None) -> Step:
@@ -285,7 +316,7 @@ class LiveCluster:
         gaps = [] if not len(present) else _gaps(present, r.replay_start) if r.last is None else \
             _gaps(np.concatenate([[r.last], present]), max(r.last, r.replay_start))
         r.gap_list = r.gap_list + gaps
-        replayed = r.replayed
+        replayed, before, level_before = r.replayed, r.last, self._mv_level()
         r.replay_records(r._log_records(set(), log), deque(gaps))
         r.last = last
 
@@ -324,6 +355,9 @@ class LiveCluster:
             out["log_batches"] = pa.concat_tables([now, rows]).sort_by([(c, "ascending") for c in SILVER_TABLES["log_batches"].sort_key])
         if img.anomalies:
             out["replay_anomalies"] = table_rows("replay_anomalies", img.anomalies)
+        images = self._images(out, before, level_before)
+        if images is not None:
+            out[IMAGE_SNAPSHOTS] = images
         r.commit = r.commit_row()
         r.anomalies_before += len(img.anomalies)
         img.anomalies = []

@@ -27,10 +27,12 @@ and its steps written by the driver with delta-rs commits and one publish per mi
   and why; then one publish. The run id is ``live-<query>-<batch>``: a micro-batch Spark runs again
   after a crash finds its run in ``replay_progress`` and writes nothing twice (a run killed before
   its publish is rolled back by the next one).
-* **Derived tables** (``image_snapshots``, ``broker_applied`` and the outcome tables) stay batch
-  DataFrame jobs, run for the clusters touched since their last run every
-  ``derive_every`` seconds and when the query stops; ``image_snapshots`` only for the clusters whose
-  images a step may have changed (:func:`images_changed`).
+* **Images**: a step's ``image_snapshots`` rows are the images at the metadata.version changes it
+  passed, made by the kernel from its image (:mod:`kraft_replay.replay.image_rows`): appended, or
+  for a whole replay replacing the cluster's (the images at offsets asked for, ``REQUESTED``, kept).
+* **Derived tables** (``broker_applied``, the outcome tables, the images at offsets asked for) stay
+  batch DataFrame jobs, run for the clusters touched since their last run every ``derive_every``
+  seconds and when the query stops (:mod:`kraft_replay.serve.replay_stream`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.live_lag import CACHE_LAG_KEY, CACHE_LAG_SCHEMA, LagUnabsorbable, LiveLag
 from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable, open_versions_kept
 from kraft_replay.replay.run import QUARANTINE
-from kraft_replay.replay.schemas import SILVER_TABLES, VERSIONED_TABLES
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, REQUESTED, SILVER_TABLES, VERSIONED_TABLES
 
 __all__ = ["BRONZE", "OUTPUT", "LiveReplay", "changes", "write_steps", "steps_of", "LiveReport"]
 
@@ -463,7 +465,8 @@ def _open(t: pa.Table) -> pa.Table:
 
 
 def ensure_silver_tables(lake) -> None:  # noqa: ANN001 - a Lake
-    """Create the silver tables, ``replay_progress`` and ``ingest_quarantine`` where missing."""
+    """Create the silver tables, ``image_snapshots``, ``replay_progress``, ``ingest_quarantine`` and
+    ``cache_lag`` where missing."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kraft_replay.replay.incremental import REPLAY_PROGRESS, REPLAY_PROGRESS_SCHEMA
@@ -473,6 +476,7 @@ def ensure_silver_tables(lake) -> None:  # noqa: ANN001 - a Lake
     lake.create_table(REPLAY_PROGRESS, from_arrow_schema(REPLAY_PROGRESS_SCHEMA), partition_by=["cluster_id"])
     lake.create_table(QUARANTINE, from_arrow_schema(QUARANTINE_SCHEMA), partition_by=["cluster_id"])
     lake.create_table(CACHE_LAG, from_arrow_schema(CACHE_LAG_SCHEMA), partition_by=["cluster_id"])
+    lake.create_table(IMAGE_SNAPSHOTS, from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
 
 
 def _table_write(lake, s: Step, name: str, rows: pa.Table, part: dict[str, str]) -> Callable[[], Any]:  # noqa: ANN001
@@ -481,6 +485,8 @@ def _table_write(lake, s: Step, name: str, rows: pa.Table, part: dict[str, str])
         return lambda: lake.rewrite_arrow(name, part, lambda old: [rows])
     if name == CACHE_LAG and not s.whole:  # seed 002: the buckets the step changed
         return lambda: lake.merge_arrow(name, rows, CACHE_LAG_KEY)
+    if s.whole and name == IMAGE_SNAPSHOTS:  # the images at offsets asked for are the derive's (REQUESTED)
+        return lambda: lake.rewrite_arrow(name, part, lambda old: [old.filter(pc.equal(old.column("trigger"), REQUESTED)), rows])
     if s.whole and name in VERSIONED_TABLES:  # closed and open versions in files of their own
         return lambda: lake.rewrite_arrow(name, part, lambda old: [_closed(rows), _open(rows)])
     if s.whole:
@@ -584,20 +590,10 @@ class LiveReport:
                 f"seconds per batch p50 {s[len(s) // 2]:.2f}, max {s[-1]:.2f}")
 
 
-def images_changed(steps: Sequence[Step]) -> set[str]:
-    """The clusters whose ``image_snapshots`` ``steps`` may have changed. An image is the image at a
-    metadata.version change (or at an offset asked for); a step that is not whole adds versions only
-    past the last offset replayed and closes older ones there, so the images at earlier offsets stand
-    unless it changed ``features`` (a metadata.version change may be among them) or replayed the
-    cluster whole."""
-    return {s.cluster_id for s in steps if s.whole or "features" in s.tables}
-
-
 def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: LiveReport,  # noqa: ANN001
-                pending: set[str], say: Callable[[str], None], images: set[str] | None = None) -> None:
+                pending: set[str], say: Callable[[str], None]) -> None:
     """The sink of one micro-batch: the operator's output as Arrow (one Spark job), written by
-    :func:`write_steps`; the touched clusters join ``pending`` (their derived tables are due), and
-    those whose images the steps may have changed join ``images`` (:func:`images_changed`)."""
+    :func:`write_steps`; the touched clusters join ``pending`` (their derived tables are due)."""
     t0 = time.time()
     rows = batch.toArrow()
     if rows.num_rows == 0:
@@ -608,8 +604,6 @@ def micro_batch(lake, batch: DataFrame, batch_id: int, query_id: str, report: Li
     published = write_steps(lake, steps, run_id)
     pending.update(s.cluster_id for s in steps)
     pending.update(metrics)
-    if images is not None:
-        images.update(images_changed(steps))
     report.batches += 1
     report.steps += sum(1 for s in steps if s.whole or "log_commit" in s.tables)
     report.lag_buckets += sum(s.tables[CACHE_LAG].num_rows for s in steps if CACHE_LAG in s.tables)

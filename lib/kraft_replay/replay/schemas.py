@@ -297,6 +297,8 @@ SILVER_TABLES: dict[str, SilverTable] = {t.name: t for t in _TABLES}
 #: silver tables; not compared with the sequential replay table by table (it is derived from the versioned
 #: tables, see tests/replay/test_image_snapshots.py).
 IMAGE_SNAPSHOTS = "image_snapshots"
+#: ``image_snapshots.trigger``: an image at a metadata.version change, an image at an offset asked for
+MV_CHANGE, REQUESTED = "METADATA_VERSION_CHANGE", "REQUESTED"
 IMAGE_SNAPSHOTS_SCHEMA = pa.schema([
     pa.field("cluster_id", pa.string()),
     pa.field("image_offset", pa.int64()),

@@ -152,8 +152,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="poll interval of the followers (default 1)")
     p.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS", help="the stream's trigger (default 1)")
     p.add_argument("--derive-every", type=float, default=60.0, metavar="SECONDS",
-                   help="how often the stream recomputes broker_applied, image_snapshots and the outcome tables "
-                        "(default 60; cache_lag follows every micro-batch)")
+                   help="how often the stream recomputes broker_applied and the outcome tables (default 60; "
+                        "cache_lag and the images at metadata.version changes follow every micro-batch)")
     p.add_argument("--catch-up-records", type=int, default=None, metavar="N",
                    help="a cluster with at least N records to replay when the stream starts anew is caught up by the "
                         "batch replay first (replay --catch-up-records; default 500000, 0: never)")

@@ -60,9 +60,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "small (under 100,000 records), is replayed whole (the summary says why). Stream mode does "
                         "this by default")
     p.add_argument("--derive-every", type=float, default=60.0, metavar="SECONDS",
-                   help="stream: recompute image_snapshots, broker_applied and the outcome tables of the clusters "
-                        "touched since, at most every SECONDS (default 60; 0: after every micro-batch) and when the "
-                        "stream stops (cache_lag follows every micro-batch)")
+                   help="stream: recompute broker_applied, the outcome tables and the --image-at images of the "
+                        "clusters touched since, at most every SECONDS (default 60; 0: after every micro-batch) and "
+                        "when the stream stops (cache_lag and the images at metadata.version changes follow every "
+                        "micro-batch)")
     p.add_argument("--catch-up-records", type=int, default=None, metavar="N",
                    help="stream: on a new checkpoint, a cluster with at least N bronze log records not in a stored "
                         "batch replay is caught up by the batch replay first, then taken up by the stream (default "

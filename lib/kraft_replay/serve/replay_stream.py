@@ -1,10 +1,11 @@
 """``kraft-replay replay --mode stream``: the live replay (docs/design.md, "Stream mode";
 :mod:`kraft_replay.replay.live_stream`): one Structured Streaming query whose stateful operator keeps
 each cluster's replay in Spark's state store and advances it with each micro-batch's new bronze
-rows; the driver writes each micro-batch's steps with delta-rs commits and one publish. The derived
-tables (``image_snapshots``, ``broker_applied``, ``cache_lag``, the outcome tables) are batch jobs
-run for the touched clusters every ``derive_every`` seconds, in a thread beside the stream (0: after
-each micro-batch, in it), and when the query stops. Checkpoints
+rows; the driver writes each micro-batch's steps (the images at metadata.version changes among them)
+with delta-rs commits and one publish. The derived tables (``broker_applied``, the outcome tables,
+and with ``image_at`` the images at those offsets) are batch jobs run for the touched clusters every
+``derive_every`` seconds, in a thread beside the stream (0: after each micro-batch, in it), and when
+the query stops. Checkpoints
 (the query's offsets and the state store) live under the lake (``_streams/replay`` by default), so a
 restart resumes where the last run stopped.
 """
@@ -15,10 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from kraft_replay.replay.live_stream import LiveReport
 from kraft_replay.replay.run import PROGRESS
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, REQUESTED, VERSIONED_TABLES
 from kraft_replay.spark import session_conf, sized_by
 
 __all__ = ["LiveReport", "default_checkpoint", "run_stream", "derive"]
@@ -32,36 +36,50 @@ def default_checkpoint(lake_root: str, cluster_id: str | None) -> str:
 
 
 def derive(spark: SparkSession, lake, clusters: Sequence[str], *,  # noqa: ANN001 - a Lake
-           image_at: Sequence[int] = (), say: Callable[[str], None] = print,
-           images: Sequence[str] | None = None) -> None:
+           image_at: Sequence[int] = (), say: Callable[[str], None] = print) -> pa.Table | None:
     """The derived tables of ``clusters`` from the lake's silver tables, as the batch jobs write them:
-    ``image_snapshots`` (of the clusters in ``images``; None: of all), ``broker_applied`` (with broker
-    metrics), the outcome tables (with client requests). ``cache_lag`` is not among them: the stream's
-    operator keeps it current (:mod:`kraft_replay.outcomes.live_lag`)."""
-    import uuid
-
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    ``broker_applied`` (with broker metrics) and the outcome tables (with client requests). Returns
+    the ``image_snapshots`` rows of the images at the offsets of ``image_at`` (trigger ``REQUESTED``;
+    None without), for the stream's sink to write (:func:`write_requested_images`): the sink is the
+    one writer of that table, whose images at metadata.version changes come with the operator's steps.
+    ``cache_lag`` is not among them: the operator keeps it current (:mod:`kraft_replay.outcomes.live_lag`)."""
     from kraft_replay.outcomes.run import write_outcomes
     from kraft_replay.replay.images import image_snapshots
     from kraft_replay.replay.run import cluster_where, run_broker_applied
-    from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, VERSIONED_TABLES
 
     clusters = sorted(set(clusters))
-    to_image = clusters if images is None else sorted(set(images) & set(clusters))
-    where, at = cluster_where(clusters), cluster_where(to_image) if to_image else None
+    where = cluster_where(clusters)
     metrics = [lake.read(PROGRESS, where=where)] if lake.exists(PROGRESS) else []
-    versions = {t: lake.read(t, where=at) for t in VERSIONED_TABLES} if to_image else {}
-    with sized_by(spark, ([versions["partitions"]] if to_image else []) + metrics):  # what the batch replay's sized run does
-        if to_image:
-            pairs = [(c, o) for c in to_image for o in sorted(set(image_at))]
-            requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long") if pairs else None
-            snaps = image_snapshots(versions, requested)
-            r = lake.replace_published(IMAGE_SNAPSHOTS, snaps, at, "images-" + uuid.uuid4().hex[:12],
-                                       schema=from_arrow_schema(IMAGE_SNAPSHOTS_SCHEMA), partition_by=["cluster_id"])
-            say(f"  {IMAGE_SNAPSHOTS}: {r.rows} rows (v{r.version})")
+    versions = {t: lake.read(t, where=where) for t in VERSIONED_TABLES} if image_at else {}
+    images = None
+    with sized_by(spark, ([versions["partitions"]] if image_at else []) + metrics):  # what the batch replay's sized run does
+        if image_at:
+            pairs = [(c, o) for c in clusters for o in sorted(set(image_at))]
+            requested = spark.createDataFrame(pairs, "cluster_id string, image_offset long")
+            images = image_snapshots(versions, requested, changes=False).toArrow().cast(IMAGE_SNAPSHOTS_SCHEMA)
         run_broker_applied(spark, lake, clusters, say=say)
     write_outcomes(spark, lake, clusters, say=say)
+    return images
+
+
+def write_requested_images(lake, clusters: Sequence[str], rows: pa.Table,  # noqa: ANN001 - a Lake
+                           say: Callable[[str], None] = print) -> None:
+    """Replace the ``REQUESTED`` rows of ``image_snapshots`` of ``clusters`` with ``rows`` (their images
+    at the offsets asked for, :func:`derive`), the other rows kept, in one published run (delta-rs)."""
+    import uuid
+
+    run_id = "images-" + uuid.uuid4().hex[:12]
+    lake.start_run(run_id, [IMAGE_SNAPSHOTS])
+    try:
+        for c in sorted(set(clusters)):
+            mine = rows.filter(pc.equal(rows.column("cluster_id"), c))
+            lake.rewrite_arrow(IMAGE_SNAPSHOTS, {"cluster_id": c},
+                               lambda old, mine=mine: [old.filter(pc.not_equal(old.column("trigger"), REQUESTED)), mine])
+        lake.publish([IMAGE_SNAPSHOTS], run_id)
+    except BaseException:
+        lake.end_run()
+        raise
+    say(f"  {IMAGE_SNAPSHOTS}: {rows.num_rows} rows at the offsets asked for")
 
 
 #: a cluster with at least this many bronze log records not in a stored batch replay, when a stream
@@ -162,11 +180,6 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
         report.caught_up = catch_up(spark, lake, cluster_id=cluster_id, min_records=catch_up_records, say=say)
     trig = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds:g} seconds"}
     pending: set[str] = set()
-    # image_snapshots are derived again only for the clusters whose images a step may have changed, and
-    # once for each cluster the process has not derived yet (or always, with images asked for by offset:
-    # one past the log's end is the image at its end)
-    images: set[str] = set()
-    imaged: set[str] = set()
     last_derive = [time.monotonic()]
     query_id: list[str] = []
     # the derived tables are Spark batch jobs: beside the stream (a thread of their own, on a Lake object
@@ -182,14 +195,21 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
                      storage_options=getattr(lake._impl, "storage_options", None))
     worker: list[threading.Thread] = []
     failed: list[BaseException] = []
+    requested: list[tuple[list[str], pa.Table]] = []  # images at the offsets asked for, derived, not yet written
 
-    def run_derive(clusters: list[str], due_images: list[str], pool: str | None = None) -> None:
+    def write_requested() -> None:
+        while requested:
+            clusters, rows = requested.pop(0)
+            write_requested_images(sink_lake, clusters, rows, say=lambda s: say("  " + s.strip()))
+
+    def run_derive(clusters: list[str], pool: str | None = None) -> None:
         t0 = time.time()
         try:
             if pool is not None:  # the thread's jobs in a pool of their own, beside the stream's (STREAM_CONF)
                 spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
-            derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()),
-                   images=due_images)
+            images = derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()))
+            if images is not None:
+                requested.append((clusters, images))  # written by the sink (:func:`write_requested_images`)
         except BaseException as exc:  # noqa: BLE001 - raised in the stream's thread (due)
             failed.append(exc)
             return
@@ -206,24 +226,22 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
             raise failed.pop()
         if pending and (force or time.monotonic() - last_derive[0] >= derive_every):
             clusters = sorted(pending)
-            due_images = [c for c in clusters if c in images or c not in imaged or image_at]
             pending.clear()
-            images.difference_update(clusters)
-            imaged.update(clusters)
             last_derive[0] = time.monotonic()
             if force or derive_every == 0:
-                run_derive(clusters, due_images)
+                run_derive(clusters)
                 if failed:
                     raise failed.pop()
             else:
-                worker[:] = [threading.Thread(target=run_derive, args=(clusters, due_images, DERIVE_POOL),
+                worker[:] = [threading.Thread(target=run_derive, args=(clusters, DERIVE_POOL),
                                               name="kraft-replay-derive", daemon=True)]
                 worker[0].start()
 
     def sink(batch, batch_id: int) -> None:  # noqa: ANN001 - a DataFrame
         if not query_id:
             query_id.append(sink_app_id(ckpt, "live").rsplit("-", 1)[-1])
-        micro_batch(sink_lake, batch, batch_id, query_id[0], report, pending, say, images)
+        micro_batch(sink_lake, batch, batch_id, query_id[0], report, pending, say)
+        write_requested()
         due()
 
     # one task reads a micro-batch's new files, one holds the state: each micro-batch is a few hundred
@@ -254,6 +272,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     if exc is not None:
         raise StreamFailed(_first_line(str(exc))) from None
     due(force=True)
+    write_requested()
     return report
 
 
