@@ -294,8 +294,8 @@ SILVER_TABLES: dict[str, SilverTable] = {t.name: t for t in _TABLES}
 #: columns and fields, snake_case as in the domain's table), ``dropped`` (seed 001: what the snapshot
 #: written at ``metadata_version_level`` leaves out of the entity, ``field`` null = all of it; empty when
 #: nothing — after a lossy downgrade, the new level's snapshot is ``entity`` less ``dropped``). Written by the batch replay with the
-#: silver tables; not compared with the sequential replay table by table (it is derived from the versioned
-#: tables, see tests/replay/test_image_snapshots.py).
+#: silver tables (:func:`kraft_replay.replay.images.image_snapshots`) and by the live replay's kernel
+#: with its steps (:mod:`kraft_replay.replay.image_rows`; tests/replay/test_image_rows.py holds the two equal).
 IMAGE_SNAPSHOTS = "image_snapshots"
 #: ``image_snapshots.trigger``: an image at a metadata.version change, an image at an offset asked for
 MV_CHANGE, REQUESTED = "METADATA_VERSION_CHANGE", "REQUESTED"
