@@ -7,6 +7,7 @@ the same rows as the worker that kept everything."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import sys
 import uuid
@@ -27,6 +28,7 @@ import kraft_replay.replay.live_stream as ls  # noqa: E402
 from kraft_replay.ingest.schemas import BROKER_PROGRESS_SCHEMA  # noqa: E402
 from kraft_replay.ingest.tables import BRONZE_TABLES, METRICS_BRONZE_TABLES, ensure_bronze_tables  # noqa: E402
 from kraft_replay.lake import Lake  # noqa: E402
+from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, MV_CHANGE  # noqa: E402
 
 CID = "stateful"
 
@@ -192,21 +194,29 @@ def test_a_checkpoint_of_uncompressed_values_is_read_and_rewritten(batches) -> N
     assert old["live"][0][:n] == ls._MAGIC3 and old["head"][0][:n] == ls._MAGIC3
 
 
-def test_images_are_derived_again_only_after_a_whole_replay_or_a_features_change(batches) -> None:
-    """``images_changed``: the steps of the micro-batches above — the first rows (replayed whole), broker
-    samples alone, a config and an ISR change (no image changes), a metadata.version change — and a
-    step of another cluster that changed ``features``."""
+def test_the_operator_writes_an_image_with_each_metadata_version_change(batches) -> None:
+    """The micro-batches above — the first rows (replayed whole: the image at the first
+    metadata.version, 3.5-IV2), broker samples alone, a config and an ISR change, samples again, a
+    change to 3.6-IV2 — give ``image_snapshots`` rows in the first and the last only: the whole image
+    at the change's offset, at its level, the config and the ISR change in it."""
     root, mbs = batches
     ls._KEPT.clear()
     store: dict = {}
-    due = []
+    images = []
     for mb in mbs:
         op = ls.LiveReplay(root)
         op.init(_Handle(store))
         rows = pa.concat_tables(pa.Table.from_pandas(pdf, preserve_index=False)
                                 for pdf in op.handleInputRows((CID,), iter(mb), None))
         steps, _metrics = ls.steps_of(rows)
-        due.append(ls.images_changed(steps))
-    assert due == [{CID}, set(), set(), set(), {CID}]
-    other = ls.Step("other", False, {"features": pa.table({"x": [1]}), "log_commit": pa.table({"x": [1]})})
-    assert ls.images_changed([other, ls.Step("third", False, {"partitions": pa.table({"x": [1]})})]) == {"other"}
+        images.append([s.tables[IMAGE_SNAPSHOTS].to_pylist() for s in steps if IMAGE_SNAPSHOTS in s.tables])
+    assert [len(i) for i in images] == [1, 0, 0, 0, 1], images
+    first, last = images[0][0], images[-1][0]
+    assert {(r["image_offset"], r["metadata_version_level"], r["trigger"]) for r in first} == {(0, 11, MV_CHANGE)}
+    mv_offset = last[0]["image_offset"]
+    assert {(r["image_offset"], r["metadata_version_level"], r["trigger"]) for r in last} == {(mv_offset, 14, MV_CHANGE)}
+    assert mv_offset > max(r["image_offset"] for r in first)
+    by_domain = {d: [json.loads(r["entity"]) for r in last if r["domain"] == d] for d in ("configs", "partitions", "features")}
+    assert {"resource_type": 2, "resource_name": "orders", "name": "retention.ms", "value": "1000"} in by_domain["configs"]
+    assert [p["isr"] for p in by_domain["partitions"] if p["partition_id"] == 0] == [[1, 2]]
+    assert [f["feature_level"] for f in by_domain["features"] if f["name"] == "metadata.version"] == [14]
