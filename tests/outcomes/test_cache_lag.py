@@ -106,3 +106,39 @@ def test_write_cache_lag_skips_clusters_without_samples(spark, lake) -> None:
     assert write_cache_lag(lake, ["noSuchCluster0000000000"], say=lines.append) == 0
     assert lake.version(CACHE_LAG) == before
     assert lines == ["  cache_lag: no metric samples of noSuchCluster0000000000: nothing to write"]
+
+
+def test_leader_changes_over_the_candidates_equal_those_over_every_version(spark, lake) -> None:
+    """``leader_changes`` windows over ``leader_candidates`` only (versions whose ``changed_fields`` name
+    the leader or its epoch, deletions, and every version of a partition with a never-visible one):
+    the same rows as the window over every version, on the tiny cluster's replay and on hand-built
+    partitions — an ISR-only change, an epoch-only change, a deletion and re-creation, and
+    never-visible versions (a transaction) that change the leader and change it back, or change it
+    with the visible version after them naming no leader change."""
+    import pyarrow as pa
+
+    from kraft_replay.ingest.tables import arrow_df
+    from kraft_replay.outcomes.cache_lag import leader_candidates, leader_changes, leader_changes_of
+    from kraft_replay.replay.schemas import silver_schema
+
+    def versions(pid: int, rows: list[tuple]) -> list[dict]:
+        """(from, to, deleted, leader, epoch, changed_fields) per version of partition ``pid``."""
+        return [{"cluster_id": "c", "topic_id": "T", "partition_id": pid, "valid_from_offset": f, "valid_to_offset": t,
+                 "record_offset": f, "deleted": d, "leader": ld, "leader_epoch": e, "changed_fields": cf}
+                for f, t, d, ld, e, cf in rows]
+    every = ["leader", "leader_epoch", "isr"]
+    rows = (versions(0, [(1, 5, False, 1, 0, every), (5, 9, False, 1, 0, ["isr"]), (9, None, False, 1, 1, ["leader_epoch"])])
+            + versions(1, [(2, 6, False, 2, 0, every), (6, 8, True, None, None, None), (8, None, False, 3, 0, every)])
+            # a transaction: leader 2 never visible, then back to 1 (no change), then 3 after a hidden 3
+            + versions(2, [(3, 7, False, 1, 0, every), (7, 7, False, 2, 1, ["leader", "leader_epoch"]),
+                           (7, 10, False, 1, 0, ["leader", "leader_epoch"]), (10, 10, False, 3, 3, ["leader", "leader_epoch"]),
+                           (10, None, False, 3, 3, ["isr"])]))
+    schema = silver_schema("partitions")
+    built = arrow_df(spark, pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema))
+    for parts in (built, lake.read("partitions")):
+        want = leader_changes_of(parts)
+        assert_df_equality(leader_changes(parts), want, ignore_row_order=True, ignore_nullable=True)
+        assert leader_candidates(parts).count() <= parts.count()
+    got = sorted((r["partition_id"], r["_v"], r["_p"]) for r in leader_changes(built).collect())
+    assert got == [(0, 1, -2), (0, 9, 1), (1, 2, -2), (1, 6, 2), (1, 8, 6), (2, 3, -2), (2, 10, 3)], got
+    assert lake.read("partitions").count() > leader_candidates(lake.read("partitions")).count() > 0
