@@ -29,6 +29,7 @@ from kraft_replay.replay.features import METADATA_VERSION
 from kraft_replay.replay.images import entity_columns
 from kraft_replay.replay.losses import LOSSES
 from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS_SCHEMA, MV_CHANGE, SILVER_TABLES
+from kraft_replay.replay.sequential import sort_tuple
 
 __all__ = ["mv_changes", "image_rows", "json_text"]
 
@@ -47,7 +48,7 @@ def mv_changes(features: pa.Table, after: int | None = None, level_before: int |
                    pc.or_kleene(pc.is_null(vt), pc.less(vf, vt)))
     rows = features.filter(pc.fill_null(keep, False)).select(
         ["valid_from_offset", "record_offset", "valid_to_offset", "feature_level"]).to_pylist()
-    rows.sort(key=lambda r: (r["valid_from_offset"], r["record_offset"] is not None, r["record_offset"] or 0))
+    rows.sort(key=lambda r: sort_tuple((r["valid_from_offset"], r["record_offset"])))
     prev, out = level_before, []
     for r in rows:
         level, frm = r["feature_level"], r["valid_from_offset"]

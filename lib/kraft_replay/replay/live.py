@@ -35,13 +35,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kraft_replay.ingest.schemas import QUARANTINE_SCHEMA
+from kraft_replay.replay.features import METADATA_VERSION
 from kraft_replay.replay.image_rows import image_rows, mv_changes
 from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES
 from kraft_replay.replay.sequential import (
     SequentialResult, Snapshot, _as_table, _batches, _BATCH_KEY, _ClusterReplay, _divergent, _gaps, _log_positions,
     _snapshots, batch_rows, start_snapshot, table_rows)
 
-__all__ = ["LiveCluster", "Step", "Unabsorbable", "apply_step", "open_versions_kept", "BATCH_KEY"]
+__all__ = ["LiveCluster", "Step", "Unabsorbable", "apply_step", "closed_versions", "open_versions", "open_versions_kept",
+           "BATCH_KEY"]
 
 #: the key of a ``log_batches`` row
 BATCH_KEY = ["cluster_id", *_BATCH_KEY]
@@ -87,11 +89,21 @@ def _entity_ids(t: pa.Table, name: str) -> pa.Array:
     return cols[0].combine_chunks() if len(cols) == 1 else pc.binary_join_element_wise(*cols, "\x1f").combine_chunks()
 
 
+def closed_versions(t: pa.Table) -> pa.Table:
+    """The closed versions of a versioned table's rows (``valid_to_offset`` set)."""
+    return t.filter(pc.is_valid(t.column("valid_to_offset")))
+
+
+def open_versions(t: pa.Table) -> pa.Table:
+    """The open versions of a versioned table's rows (``valid_to_offset`` null)."""
+    return t.filter(pc.is_null(t.column("valid_to_offset")))
+
+
 def open_versions_kept(old: pa.Table, rows: pa.Table, name: str) -> pa.Table:
     """The open versions of versioned table ``name`` in ``old`` that a step's ``rows`` leave open: those
     of the entities the step does not name (every entity it names has its open version, if any, among
     ``rows``; the open version it had before is among ``rows`` closed)."""
-    opened = old.filter(pc.is_null(old.column("valid_to_offset")))
+    opened = open_versions(old)
     if not rows.num_rows or not opened.num_rows:
         return opened
     return opened.filter(pc.invert(pc.is_in(_entity_ids(opened, name), value_set=_entity_ids(rows, name))))
@@ -255,14 +267,13 @@ class LiveCluster:
         for t in VERSIONED_TABLES:
             opened = table_rows(t, list(img.last_row[t].values()), sort=False)
             if t in out:
-                closed = out[t].filter(pc.is_valid(out[t].column("valid_to_offset")))
-                opened = pa.concat_tables([opened, closed])
+                opened = pa.concat_tables([opened, closed_versions(out[t])])
             versions[t] = opened
         return image_rows(self.cluster_id, versions, at)
 
     def _mv_level(self) -> int | None:
         """The level of the open ``metadata.version`` version (None: none, or deleted)."""
-        row = self.run.img.last_row["features"].get(("metadata.version",))
+        row = self.run.img.last_row["features"].get((METADATA_VERSION,))
         return None if row is None or row["deleted"] else row["feature_level"]
 
     def step(self, log: pa.Table | None = None, control: pa.Table | None = None,

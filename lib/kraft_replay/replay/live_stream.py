@@ -57,7 +57,8 @@ from kraft_replay.ingest.schemas import (
 from kraft_replay.lake.stream import COMMIT_VERSION, MARKER_COLUMN, TABLE_COLUMN
 from kraft_replay.outcomes.cache_lag import CACHE_LAG
 from kraft_replay.outcomes.live_lag import CACHE_LAG_KEY, CACHE_LAG_SCHEMA, LagUnabsorbable, LiveLag
-from kraft_replay.replay.live import BATCH_KEY, LiveCluster, Step, Unabsorbable, open_versions_kept
+from kraft_replay.replay.live import (
+    BATCH_KEY, LiveCluster, Step, Unabsorbable, closed_versions, open_versions, open_versions_kept)
 from kraft_replay.replay.run import QUARANTINE
 from kraft_replay.replay.schemas import IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, REQUESTED, SILVER_TABLES, VERSIONED_TABLES
 
@@ -318,7 +319,7 @@ class LiveReplay(StatefulProcessor):
                 continue
             new = new.select(schema.names).cast(schema)
             if t in VERSIONED_TABLES:  # the step's rows: the versions it closed, the open ones of what it touched
-                rows = pa.concat_tables([_closed(rows), open_versions_kept(rows, new, t)])
+                rows = pa.concat_tables([closed_versions(rows), open_versions_kept(rows, new, t)])
             silver.append(pa.concat_tables([rows, new]))
         lag, out = LiveLag.whole(cid, *silver, samples, status, **self.lag)
         return lag, out, {**read, **read_lag}
@@ -456,14 +457,6 @@ def _may_hold_open(stats) -> bool:  # noqa: ANN001 - a kraft_replay.lake.FileSta
     return nulls is None or nulls > 0
 
 
-def _closed(t: pa.Table) -> pa.Table:
-    return t.filter(pc.is_valid(t.column("valid_to_offset")))
-
-
-def _open(t: pa.Table) -> pa.Table:
-    return t.filter(pc.is_null(t.column("valid_to_offset")))
-
-
 def ensure_silver_tables(lake) -> None:  # noqa: ANN001 - a Lake
     """Create the silver tables, ``image_snapshots``, ``replay_progress``, ``ingest_quarantine`` and
     ``cache_lag`` where missing."""
@@ -488,12 +481,13 @@ def _table_write(lake, s: Step, name: str, rows: pa.Table, part: dict[str, str])
     if s.whole and name == IMAGE_SNAPSHOTS:  # the images at offsets asked for are the derive's (REQUESTED)
         return lambda: lake.rewrite_arrow(name, part, lambda old: [old.filter(pc.equal(old.column("trigger"), REQUESTED)), rows])
     if s.whole and name in VERSIONED_TABLES:  # closed and open versions in files of their own
-        return lambda: lake.rewrite_arrow(name, part, lambda old: [_closed(rows), _open(rows)])
+        return lambda: lake.rewrite_arrow(name, part, lambda old: [closed_versions(rows), open_versions(rows)])
     if s.whole:
         return lambda: lake.rewrite_arrow(name, part, lambda old: [rows])
     if name in VERSIONED_TABLES:
         return lambda: lake.rewrite_arrow(name, part, lambda old: [
-            pa.concat_tables([_closed(old), _closed(rows)]), pa.concat_tables([open_versions_kept(old, rows, name), _open(rows)])],
+            pa.concat_tables([closed_versions(old), closed_versions(rows)]),
+            pa.concat_tables([open_versions_kept(old, rows, name), open_versions(rows)])],
             touched=_may_hold_open, columns=["valid_to_offset"])
     if name == "log_batches":
         return lambda: lake.merge_arrow(name, rows, BATCH_KEY)
