@@ -54,3 +54,42 @@ def test_log_end_and_batch_time_across_hours(spark) -> None:
     got = {r["id"]: r["bt"] for r in batch_time_at(o, b, "o", "bt").collect()}
     assert {k: None if v is None else v.strftime("%H:%M") for k, v in got.items()} == \
         {1: None, 2: "00:50", 3: "03:10", 4: "03:10"}
+
+
+def test_changes_in_counts_what_count_changes_counts(spark) -> None:
+    """The numpy count (``changes_in`` over ``collect_changes``) against the bucketed join
+    (``count_changes``) on random changes of two clusters' entities and random ranges: empty, reversed,
+    null ends, wider than a bucket, past every change; and in runs of a few pairs at a time."""
+    import numpy as np
+
+    from kraft_replay.outcomes.lookups import arrow_longs, changes_in, collect_changes, count_changes
+
+    rng = random.Random(11)
+    changes, rows = [], []
+    for c in ("clusterA000000000000000", "clusterB000000000000000"):
+        for _ in range(60):  # entities: a few changes each, ascending offsets
+            prev, at = -2, rng.randint(0, 300)
+            for _ in range(rng.randint(1, 6)):
+                changes.append((c, at, prev))
+                prev, at = at, at + rng.randint(1, 200)
+        for i in range(400):
+            lo = rng.randint(-5, 1500)
+            hi = rng.choice([None, lo, lo - 3, lo + rng.randint(1, 20), lo + rng.randint(1, 1500), 10**6])
+            rows.append((c, i, None if rng.random() < 0.02 else lo, hi))
+    ch = spark.createDataFrame(changes, "cluster_id string, _v long, _p long")
+    r = spark.createDataFrame(rows, "cluster_id string, _rid long, lo long, hi long")
+    want = {(x["cluster_id"], x["_rid"]): x["n"] for x in count_changes(r, ch, "lo", "hi", "_rid", "n", bucket=64).collect()}
+    assert len(want) > 200 and max(want.values()) > 5
+    got_all = collect_changes(ch)
+    assert sorted(got_all) == ["clusterA000000000000000", "clusterB000000000000000"]
+    t = r.toArrow()
+    lo, lo_ok = arrow_longs(t.column("lo"))
+    hi, hi_ok = arrow_longs(t.column("hi"))
+    names = t.column("cluster_id").to_pylist()
+    for pairs in (1, 7, 1 << 22):
+        got = {}
+        for c, (v, p) in got_all.items():
+            mine = np.flatnonzero(np.array([n == c for n in names]) & lo_ok & hi_ok)
+            counts = changes_in(v, p, lo[mine], hi[mine], pairs=pairs)
+            got.update({(c, t.column("_rid")[int(i)].as_py()): int(n) for i, n in zip(mine, counts) if n})
+        assert got == want

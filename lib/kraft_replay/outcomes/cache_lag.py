@@ -21,13 +21,17 @@ Per sample of bronze ``broker_progress`` (:func:`sample_lag`):
   ``(applied_offset, log_end_offset]`` (leader epochs only grow, so such a partition differs, a
   re-created one included);
   counted exactly as the changes whose previous leader-affecting change of the same partition is at or
-  before ``applied_offset`` (one per partition), with an equi-join on offset buckets, never a cross join.
+  before ``applied_offset`` (one per partition).
 
 :func:`cache_lag` then groups the samples per broker and time bucket (``bucket_s``, 1 s by default):
 p50 / p99 (the lower percentile, ``sorted[ceil(p·n) − 1]``, exact) / max of both lags, the last applied
 and log-end offsets, and whether any sample stalled.
-The as-of lookups by time and by offset are window functions over the union of samples and batches
-(per cluster and bucket of positions), each adding its columns to the sample rows; the buckets are
+How it runs: one shuffle of the samples (by broker: duplicates, the window for ``applied_since``);
+then each task looks its samples up on numpy (:func:`sample_lookups`) in what was collected once on
+the driver — the cluster's batches (by append time and by last offset:
+:class:`~kraft_replay.outcomes.steps.ClusterSteps`, 40 bytes per batch), its captures, its leader changes
+(76k at 10M records) — where Spark's windows over the union of samples and batches sorted both twice
+and the divergence joined the lagging samples with the changes on offset buckets and back by sample. The buckets are
 aggregated on Arrow batches (:func:`bucket_lags`: one sort per lag, where Spark's ``percentile_approx``
 kept a quantile sketch per bucket — 7M buckets of one sample at 10M records). The live stream keeps
 the same rules in :mod:`kraft_replay.outcomes.live_lag`; tests hold the two equal.
@@ -35,7 +39,7 @@ the same rules in :mod:`kraft_replay.outcomes.live_lag`; tests hold the two equa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -43,18 +47,20 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import LongType, StructField, StructType
 
-from kraft_replay.outcomes.lookups import _VAL, OFFSETS, _as_of, count_changes, log_end_at
+from kraft_replay.outcomes.lookups import arrow_longs, changes_in, collect_changes
+from kraft_replay.outcomes.steps import NULL, ClusterSteps, log_steps
 from kraft_replay.replay.broker_applied import BY_BROKER
-from kraft_replay.spark import lineage_cut, sized_by, tasks_holding
+from kraft_replay.spark import sized_by, tasks_holding
 from kraft_replay.spark.arrow import codes
 
-__all__ = ["sample_lag", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag", "committed_end", "CACHE_LAG",
+__all__ = ["sample_lag", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag", "committed_end", "sample_captures",
+           "sample_lookups", "CACHE_LAG",
            "leader_changes", "CACHE_LAG_COLUMNS", "CACHE_LAG_SCHEMA", "TASK_ROWS",
-           "STALL_AFTER_S", "BUCKET_OFFSETS"]
+           "STALL_AFTER_S"]
 
 STALL_AFTER_S = 2.0  # metadata normally applies within milliseconds: seconds without progress while lagging is a stall
-BUCKET_OFFSETS = 4096
 CACHE_LAG_COLUMNS = [
     "cluster_id", "broker_id", "bucket_start", "samples", "applied_offset", "log_end_offset",
     "offset_lag_p50", "offset_lag_p99", "offset_lag_max", "time_lag_ms_p50", "time_lag_ms_p99", "time_lag_ms_max",
@@ -76,16 +82,6 @@ TASK_ROWS = 1_000_000
 
 def _us(c: Column) -> Column:
     return F.unix_micros(c)
-
-
-def _next_unapplied(samples: DataFrame, batches: DataFrame) -> DataFrame:
-    """``samples`` with ``_next_us``: append time (µs) of the batch holding ``applied_offset + 1`` (the
-    first batch whose last offset is above it): an as-of lookup in negated offsets — the batch with the
-    largest ``-batch_last_offset <= -(applied_offset + 1)`` —, per bucket of offsets."""
-    f = batches.select("cluster_id", (-F.col("batch_last_offset")).alias("_neg"),
-                       F.struct(_us(F.col("append_time")).alias("t")).alias(_VAL))
-    j = _as_of(samples, f, ["cluster_id"], -(F.col("applied_offset") + 1), "_neg", bucket=OFFSETS)
-    return j.select(*samples.columns, F.col(_VAL).t.alias("_next_us"))
 
 
 def leader_candidates(partitions: DataFrame) -> DataFrame:
@@ -143,32 +139,90 @@ def _registration(samples: DataFrame, brokers: DataFrame) -> DataFrame:
                     F.when(~F.col("deleted"), F.col("_f")).alias("fenced"))
 
 
-def committed_end(samples: DataFrame, status: DataFrame, batches: DataFrame) -> DataFrame:
-    """Facts §5.1 (only records below the high watermark are replayed): ``samples`` (with the log's
-    ``log_end_offset`` at their ``observed_at``) with ``log_end_offset`` the committed end where a
-    ``quorum_status`` capture of the cluster with a known ``high_watermark`` H is at or before the
-    sample (the latest such, at ``t_q``): H - 1 — the capture's committed end, also where the ingested
-    log is behind it —, raised to the log's end at the sample if batches appended after the capture
-    moved it past the log's end at ``t_q`` (no capture says yet whether they are committed). Without
-    such a capture the log's end stays."""
-    st = status.where(F.col("high_watermark").isNotNull()).select("cluster_id", "observed_at", "high_watermark")
-    st = log_end_at(st, batches, "observed_at", out="_q_end")
-    f = st.select("cluster_id", _us(F.col("observed_at")).alias("_tq"),
-                  F.struct(F.col("high_watermark").alias("h"), F.col("_q_end").alias("e")).alias(_VAL))
-    j = _as_of(samples, f, ["cluster_id"], _us(F.col("observed_at")), "_tq")
-    v, end = F.col(_VAL), F.col("log_end_offset")
-    committed = F.greatest(v.h - 1, F.when(end > v.e, end))
-    return j.select(*[c for c in samples.columns if c != "log_end_offset"],
-                    F.when(v.isNull(), end).otherwise(committed).cast("long").alias("log_end_offset"))
+def committed_end(end: np.ndarray, t: np.ndarray, captures: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+                  ) -> np.ndarray:
+    """Facts §5.1 (only records below the high watermark are replayed): the log's ends ``end`` at
+    sample times ``t`` (µs) made the committed end where a ``quorum_status`` capture of the cluster with
+    a known ``high_watermark`` H is at or before the sample (the latest such, at ``t_q``): H - 1 — the
+    capture's committed end, also where the ingested log is behind it —, raised to the log's end at the
+    sample if batches appended after the capture moved it past the log's end at ``t_q`` (no capture
+    says yet whether they are committed). Without such a capture the log's end stays. ``captures``:
+    the cluster's ``t_q`` (ascending), H and the log's end at ``t_q`` (:func:`sample_captures`)."""
+    if captures is None or not len(captures[0]):
+        return end
+    tq, h, e = captures
+    i = np.searchsorted(tq, t, "right") - 1
+    j = np.maximum(i, 0)
+    committed = np.where(end > e[j], np.maximum(h[j] - 1, end), h[j] - 1)
+    return np.where(i >= 0, committed, end)
+
+
+def sample_captures(status: DataFrame, steps: dict[str, ClusterSteps]
+                    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per cluster, its ``quorum_status`` captures with a known high watermark (few), collected: their
+    times (µs, ascending), high watermarks and the log's end at each (:meth:`ClusterSteps.log_end_at`),
+    what :func:`committed_end` reads."""
+    t = status.where(F.col("high_watermark").isNotNull()).select(
+        "cluster_id", _us(F.col("observed_at")).alias("t"), F.col("high_watermark").cast("long").alias("h")).toArrow()
+    out = {}
+    for c in set(t.column("cluster_id").to_pylist()):
+        mine = t.filter(pc.equal(t.column("cluster_id"), c)).sort_by([("t", "ascending"), ("h", "ascending")])
+        tq = mine.column("t").fill_null(NULL).to_numpy().astype(np.int64)
+        cs = steps.get(c)
+        e = cs.log_end_at(tq) if cs is not None else np.full(len(tq), -1, np.int64)
+        out[c] = (tq, mine.column("h").to_numpy().astype(np.int64), e)
+    return out
+
+
+def sample_lookups(steps: dict[str, ClusterSteps], captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   changes: dict[str, tuple[np.ndarray, np.ndarray]]
+                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Seed 002 / facts §5.1, §9.1: sample rows (``cluster_id``, ``observed_at``, ``applied_offset``)
+    with what each looks up in its cluster's log, in the samples' own tasks on numpy (the cluster's
+    batches as :class:`~kraft_replay.outcomes.steps.ClusterSteps`, its captures and leader changes,
+    collected once and shipped with the function):
+
+    * ``log_end_offset``: the log's end at ``observed_at`` (:meth:`ClusterSteps.log_end_at`; -1 before
+      any batch), made the committed end by the captures (:func:`committed_end`);
+    * ``_next_us``: the append time of the batch holding ``applied_offset + 1`` — the first batch whose
+      last offset is at or above it (:meth:`ClusterSteps.next_batch_time`; null past the last batch);
+    * ``image_divergence``: the partitions whose leader-affecting change in ``(applied_offset,
+      log_end_offset]`` is the first after ``applied_offset`` (``changes``: :func:`leader_changes`,
+      :func:`~kraft_replay.outcomes.lookups.collect_changes`), counted by
+      :func:`~kraft_replay.outcomes.lookups.changes_in`; 0 without a range."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            t = pc.cast(b.column("observed_at"), pa.int64()).fill_null(NULL).to_numpy().astype(np.int64)
+            applied, has_applied = arrow_longs(b.column("applied_offset"))
+            end = np.full(b.num_rows, -1, np.int64)
+            nxt = np.full(b.num_rows, NULL, np.int64)
+            div = np.zeros(b.num_rows, np.int64)
+            cluster, names = codes(b.column("cluster_id"))
+            for i, c in enumerate(names):
+                mine = np.flatnonzero(cluster == i)
+                cs = steps.get(c)
+                if cs is not None:
+                    end[mine] = cs.log_end_at(t[mine])
+                    nxt[mine] = cs.next_batch_time(applied[mine] + 1)
+                end[mine] = committed_end(end[mine], t[mine], captures.get(c))
+                if c in changes:
+                    ok = mine[has_applied[mine]]
+                    div[ok] = changes_in(*changes[c], applied[ok], end[ok])
+            nxt[~has_applied] = NULL
+            yield (b.append_column("log_end_offset", pa.array(end))
+                   .append_column("_next_us", pa.array(nxt, mask=nxt == NULL))
+                   .append_column("image_divergence", pa.array(div)))
+    return run
 
 
 def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, partitions: DataFrame,
-               stall_after_s: float = STALL_AFTER_S, bucket_offsets: int = BUCKET_OFFSETS,
+               stall_after_s: float = STALL_AFTER_S,
                status: DataFrame | None = None) -> DataFrame:
     """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
     the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions;
     ``status``: bronze ``quorum_status`` (its high watermarks make the end the committed end:
-    :func:`committed_end`)."""
+    :func:`committed_end`). Collects what the samples look up when called (:func:`sample_lookups`: the
+    batches, the captures, the leader changes of ``partitions``)."""
     # one shuffle: the duplicates' grouping and the window are both per broker (a hash of the broker satisfies both)
     s = (progress.select(*_KEY, "observed_at", "applied_offset").repartition(*BY_BROKER)
          .dropDuplicates([*_KEY, "observed_at"]))
@@ -176,28 +230,24 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
     s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
     s = s.select(*_KEY, "observed_at", "applied_offset",
-                 F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"),
-                 F.xxhash64(*_KEY, "observed_at").alias("_sid"))
-    # each lookup adds its columns to the sample rows (no join back by sample id)
-    s = log_end_at(s, batches, "observed_at")
-    if status is not None:
-        s = committed_end(s, status, batches)
-    s = _next_unapplied(s, batches)
+                 F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"))
+    steps = log_steps(batches.select("cluster_id", F.col("batch_base_offset").alias("base"),
+                                     F.col("batch_last_offset").alias("last"), _us(F.col("append_time")).alias("time"))
+                      .toArrow())
+    found = StructType([*s.schema.fields, StructField("log_end_offset", LongType()), StructField("_next_us", LongType()),
+                        StructField("image_divergence", LongType())])
+    s = s.mapInArrow(sample_lookups(steps, sample_captures(status, steps) if status is not None else {},
+                                    collect_changes(leader_changes(partitions))), found)
     offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
     obs = _us(F.col("observed_at"))
     time_lag = F.when((offset_lag > 0) & F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),
                       F.floor((obs - F.col("_next_us")) / 1000)).otherwise(F.lit(0)).cast("long")
     stalled = (offset_lag > 0) & ((obs - _us(F.col("applied_since"))) >= F.lit(int(stall_after_s * 1_000_000)))
-    s = s.select(*_KEY, "_sid", "observed_at", "applied_offset", "applied_since", "log_end_offset",
-                 offset_lag.alias("offset_lag"), time_lag.alias("time_lag_ms"), stalled.alias("stalled"))
-    # computed once: the divergence's count reads the lagging samples, the result every sample
-    s = lineage_cut(_registration(s, brokers))
-    div = count_changes(s, leader_changes(partitions), "applied_offset", "log_end_offset", "_sid", "image_divergence",
-                        bucket=bucket_offsets)
-    s = s.join(div, ["_sid", "cluster_id"], "left")
-    return s.select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset", "offset_lag", "time_lag_ms",
-                    "stalled", "registered", "fenced",
-                    F.coalesce(F.col("image_divergence"), F.lit(0)).cast("long").alias("image_divergence"))
+    s = s.select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset",
+                 offset_lag.alias("offset_lag"), time_lag.alias("time_lag_ms"), stalled.alias("stalled"), "image_divergence")
+    return _registration(s, brokers).select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset",
+                                            "offset_lag", "time_lag_ms", "stalled", "registered", "fenced",
+                                            "image_divergence")
 
 
 def percentile_rank(n, p: float):  # noqa: ANN001, ANN201 - an int or a numpy array of them

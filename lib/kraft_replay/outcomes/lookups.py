@@ -8,11 +8,13 @@ offset (or an interval starting at a time) counts for a request at exactly that 
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 __all__ = ["applied_at", "log_end_at", "known_brokers", "log_span", "with_known_and_span", "outside_log",
-           "batch_time_at", "entity_changes", "count_changes"]
+           "batch_time_at", "entity_changes", "count_changes", "collect_changes", "changes_in", "arrow_longs", "PAIRS"]
 
 _K = "_lk_kind"  # 0: looked-up row, 1: request row
 _POS = "_lk_pos"
@@ -152,3 +154,57 @@ def count_changes(rows: DataFrame, changes: DataFrame, lo: str, hi: str, row_id:
     ch = changes.select(*keys, "_v", "_p", F.floor(F.col("_v") / bucket).cast("long").alias("_b"))
     j = r.join(ch, [*keys, "_b"]).where((F.col("_v") > F.col(lo)) & (F.col("_v") <= F.col(hi)) & (F.col("_p") <= F.col(lo)))
     return j.groupBy("cluster_id", row_id).agg(F.count(F.lit(1)).alias(out))
+
+
+#: at most about this many (row, change) pairs held at once by :func:`changes_in`
+PAIRS = 1 << 22
+
+
+def collect_changes(changes: DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``changes`` (``cluster_id``, ``_v``, ``_p``: :func:`entity_changes` or the like, few next to the
+    rows counting them) on the driver, per cluster: ``_v`` sorted and ``_p`` in the same order, what
+    :func:`changes_in` counts in."""
+    t = changes.select("cluster_id", "_v", "_p").toArrow()
+    t = t.sort_by([("cluster_id", "ascending"), ("_v", "ascending"), ("_p", "ascending")])
+    cluster = t.column("cluster_id").to_pylist()
+    v = t.column("_v").to_numpy().astype(np.int64)
+    p = t.column("_p").to_numpy().astype(np.int64)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    start = 0
+    for i in range(1, len(cluster) + 1):
+        if i == len(cluster) or cluster[i] != cluster[start]:
+            out[cluster[start]] = (v[start:i], p[start:i])
+            start = i
+    return out
+
+
+def changes_in(v: np.ndarray, p: np.ndarray, lo: np.ndarray, hi: np.ndarray, pairs: int = PAIRS) -> np.ndarray:
+    """:func:`count_changes`' rule on numpy arrays: per row ``i``, how many changes ``j`` have
+    ``lo[i] < v[j] <= hi[i]`` and ``p[j] <= lo[i]`` (``v`` sorted; 0 when ``hi[i] <= lo[i]``). Each
+    row's changes in range are a slice of ``v`` (two binary searches); their ``p`` are compared in
+    runs of rows holding at most ``pairs`` (row, change) pairs together — as many pairs as the
+    bucketed join of :func:`count_changes` keeps after its range filter."""
+    lo = np.asarray(lo, np.int64)
+    hi = np.asarray(hi, np.int64)
+    first = np.searchsorted(v, lo, "right")
+    n = np.maximum(np.searchsorted(v, hi, "right") - first, 0)
+    out = np.zeros(len(lo), np.int64)
+    rows = np.flatnonzero(n)
+    ends = np.cumsum(n[rows])
+    done = 0
+    while done < len(rows):
+        base = ends[done - 1] if done else 0
+        stop = max(int(np.searchsorted(ends, base + pairs, "right")), done + 1)
+        r, k = rows[done:stop], n[rows[done:stop]]
+        starts = np.cumsum(k) - k
+        at = np.repeat(first[r] - starts, k) + np.arange(int(k.sum()))
+        ok = p[at] <= np.repeat(lo[r], k)
+        out[r] = np.add.reduceat(ok.astype(np.int64), starts)
+        done = stop
+    return out
+
+
+def arrow_longs(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A long column as (values, valid): nulls read 0 and are not valid."""
+    valid = col.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+    return col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid

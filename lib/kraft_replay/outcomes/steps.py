@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from kraft_replay.spark.arrow import codes
 
-__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "broadcast_steps", "broadcast_read_steps",
+__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "log_steps", "broadcast_steps", "broadcast_read_steps",
            "held_broadcast", "released_broadcasts"]
 
 NULL = np.iinfo(np.int64).min  # no applied offset (no interval, NO_SAMPLES)
@@ -40,9 +40,9 @@ class BrokerSteps:
 class ClusterSteps:
     """What a cluster's requests are looked up in: its known brokers (sorted), its log span (µs,
     both ends included; None: no batches), each broker's :class:`BrokerSteps`, its batches' base
-    offsets (ascending) with their append times (µs), and the log's end over time: the batches'
+    offsets (ascending) with their append times (µs), the log's end over time: the batches'
     append times (ascending, ``end_time``) with the largest last offset appended at or before each
-    (``end_high``)."""
+    (``end_high``), and their last offsets (ascending, ``by_last``) with their append times."""
 
     known: np.ndarray
     span: tuple[int, int] | None
@@ -51,6 +51,8 @@ class ClusterSteps:
     batch_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     end_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     end_high: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    by_last: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    by_last_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def log_end_at(self, t: np.ndarray) -> np.ndarray:
         """The end of the replayed log at each time ``t`` (µs): the largest ``batch_last_offset`` of the
@@ -74,6 +76,13 @@ class ClusterSteps:
         i = np.searchsorted(self.batch_base, offset, "right") - 1
         ok = (i >= 0) & (offset >= 0)
         return np.where(ok, self.batch_time[np.maximum(i, 0)] if len(self.batch_time) else NULL, NULL)
+
+    def next_batch_time(self, offset: np.ndarray) -> np.ndarray:
+        """The append time (µs) of the first batch whose last offset is at or above each offset (the
+        batch holding it, or the next one after a gap); :data:`NULL` past the last batch."""
+        i = np.searchsorted(self.by_last, offset, "left")
+        ok = i < len(self.by_last)
+        return np.where(ok, self.by_last_time[np.minimum(i, len(self.by_last) - 1)] if len(self.by_last) else NULL, NULL)
 
     def applied_at(self, broker: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Facts §9.1: the applied offset of ``broker[i]`` at ``t[i]`` (the interval with
@@ -161,11 +170,13 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, 
     base = batches.column("base").to_numpy(zero_copy_only=False).astype(np.int64)
     last = batches.column("last").to_numpy(zero_copy_only=False).astype(np.int64)
     btime = batches.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
-    bb, ee = {}, {}
+    bb, ee, ll = {}, {}, {}
     for k in _groups(bcode, base):  # by offset: the batch holding an offset
         bb[bnames[bcode[k[0]]]] = (base[k], btime[k])
     for k in _groups(bcode, btime, last):  # by append time: the log's end at a time
         ee[bnames[bcode[k[0]]]] = (btime[k], np.maximum.accumulate(last[k]))
+    for k in _groups(bcode, last):  # by last offset: the first batch at or past an offset
+        ll[bnames[bcode[k[0]]]] = (last[k], btime[k])
     if spans is None:  # first and last append time, or the last interval start when later
         sp = {c: (int(t[0]), max(int(t[-1]), last_start.get(c, NULL))) for c, (t, _) in ee.items()}
     else:
@@ -174,7 +185,16 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, 
                                               spans.column("span_end").to_pylist()) if lo is not None}
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     return {c: ClusterSteps(np.array(sorted(kn.get(c, [])), dtype=np.int64), sp.get(c), steps.get(c, {}),
-                            *bb.get(c, empty), *ee.get(c, empty)) for c in {*steps, *kn, *sp, *bb}}
+                            *bb.get(c, empty), *ee.get(c, empty), *ll.get(c, empty)) for c in {*steps, *kn, *sp, *bb}}
+
+
+def log_steps(batches: pa.Table) -> dict[str, ClusterSteps]:
+    """Per cluster, the :class:`ClusterSteps` of its batches alone (``cluster_id``, ``base``, ``last``,
+    ``time``: :func:`cluster_steps`' ``batches``): no broker steps, no known broker."""
+    none = pa.table({"cluster_id": pa.array([], pa.string()), "broker_id": pa.array([], pa.int64()),
+                     "start": pa.array([], pa.int64()), "end": pa.array([], pa.int64()),
+                     "offset": pa.array([], pa.int64())})
+    return cluster_steps(none, none.select(["cluster_id", "broker_id"]), None, batches)
 
 
 def _groups(code: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
@@ -201,7 +221,7 @@ def _order(*keys: np.ndarray) -> np.ndarray | None:
 def broadcast_steps(broker_applied, brokers, log_batches):  # noqa: ANN001, ANN201 - DataFrames -> Broadcast
     """Every cluster's :class:`ClusterSteps` (:func:`cluster_steps`) from the silver tables, built on the
     driver and broadcast to the workers (``.value``: cluster id -> :class:`ClusterSteps`; 32 bytes per
-    ``broker_applied`` interval, 24 per batch): :func:`broadcast_read_steps` of the frames collected as
+    ``broker_applied`` interval, 40 per batch): :func:`broadcast_read_steps` of the frames collected as
     Arrow (one Spark collect each). Destroyed when the innermost :func:`released_broadcasts` block
     around the call ends, else by the caller (or with the Spark context)."""
     frames = {"broker_applied": broker_applied, "brokers": brokers, "log_batches": log_batches}

@@ -142,24 +142,24 @@ def mark_divergent(batches: DataFrame) -> DataFrame:
     (a later leader truncated it); ``_overlap``: the batch's offsets — its header's range widened to
     the offsets present — overlap another batch's. Overlaps are found in one ordering
     (:func:`_neighbours`: a batch overlaps another iff its low end is at most the previous batches'
-    greatest high end, or the next batch's low end is at most its high end); only the few
-    overlapping batches are joined pairwise, on their headers' ranges."""
+    greatest high end, or the next batch's low end is at most its high end), which carries every
+    batch's columns (no join back); only the few overlapping batches are joined pairwise, on their
+    headers' ranges, and the (fewer) divergent ones broadcast back."""
     lo = F.least("batch_base_offset", "_min_offset")
     hi = F.greatest("batch_last_offset", "_max_offset")
     order = ["_lo", "batch_leader_epoch", "_hi"]
-    s = batches.select("cluster_id", *_BATCH, lo.alias("_lo"), hi.alias("_hi"))
-    s = _neighbours(s, order)
-    involved = s.where((F.col("_lo") <= F.col("_prev_hi")) | (F.col("_next_lo") <= F.col("_hi"))).select("cluster_id", *_BATCH)
+    s = _neighbours(batches.select("*", lo.alias("_lo"), hi.alias("_hi")), order)
+    s = s.withColumn("_overlap", F.coalesce((F.col("_lo") <= F.col("_prev_hi")) | (F.col("_next_lo") <= F.col("_hi")),
+                                            F.lit(False)))
+    involved = s.where(F.col("_overlap")).select("cluster_id", *_BATCH)
     a, b = involved.alias("a"), involved.alias("b")
     losers = a.join(b, (F.col("a.cluster_id") == F.col("b.cluster_id"))
                     & (F.col("b.batch_base_offset") <= F.col("a.batch_last_offset"))
                     & (F.col("b.batch_last_offset") >= F.col("a.batch_base_offset"))
                     & (F.col("b.batch_leader_epoch") > F.col("a.batch_leader_epoch")), "left_semi")
     losers = losers.select("cluster_id", *_BATCH).withColumn("divergent", F.lit(True))
-    flags = involved.withColumn("_overlap", F.lit(True)).join(losers, ["cluster_id", *_BATCH], "left")
-    return (batches.join(flags, ["cluster_id", *_BATCH], "left")
-            .withColumn("divergent", F.coalesce(F.col("divergent"), F.lit(False)))
-            .withColumn("_overlap", F.coalesce(F.col("_overlap"), F.lit(False))))
+    return (s.join(F.broadcast(losers), ["cluster_id", *_BATCH], "left")
+            .select(*batches.columns, F.coalesce(F.col("divergent"), F.lit(False)).alias("divergent"), "_overlap"))
 
 
 def copy_batches(batches: DataFrame) -> DataFrame:

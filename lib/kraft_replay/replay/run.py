@@ -35,7 +35,7 @@ from kraft_replay.replay.schemas import (
 from kraft_replay.replay.versioning import spark_schema
 from kraft_replay.spark import sized_run
 
-__all__ = ["ReplayError", "ReplaySummary", "run_replay", "run_broker_applied", "check_bronze", "cluster_where",
+__all__ = ["ReplayError", "ReplaySummary", "run_replay", "run_broker_applied", "check_bronze", "bronze_clusters", "cluster_where",
            "QUARANTINE", "BRONZE_INPUTS", "PROGRESS"]
 
 BRONZE_INPUTS = ("metadata_log", "metadata_control", "snapshot_records")
@@ -97,6 +97,13 @@ def missing_bronze(lake) -> list[str]:  # noqa: ANN001 - a Lake
     return [t for t in BRONZE_INPUTS if not lake.exists(t)]
 
 
+def bronze_clusters(lake, wanted: Sequence[str] | None = None) -> list[str]:  # noqa: ANN001 - a Lake
+    """The clusters with rows in the bronze input tables (those of ``wanted`` when given), sorted: their
+    ``cluster_id`` partitions (the embedded backend reads them off the Delta log, no data file)."""
+    found = {p.get("cluster_id") for t in BRONZE_INPUTS for p in lake.partitions(t)} - {None}
+    return sorted(found if wanted is None else found & set(wanted))
+
+
 def check_bronze(lake) -> None:  # noqa: ANN001 - a Lake
     """:class:`ReplayError` naming the first missing bronze input table and how to make it."""
     missing = missing_bronze(lake)
@@ -135,9 +142,7 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
     if wanted == []:
         raise ReplayError("clusters: an empty list (pass None for every cluster)")
     log, control, snapshots = _read_bronze(lake, wanted)
-    clusters = sorted(r.cluster_id for r in
-                      log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
-                      .distinct().collect())
+    clusters = bronze_clusters(lake, wanted)
     if not clusters:
         what = f"cluster {cluster_id!r}" if cluster_id is not None else "any cluster"
         raise ReplayError(f"lake {lake.root}: the bronze tables hold no rows of {what}: ingest its files first"
