@@ -142,3 +142,22 @@ def test_leader_changes_over_the_candidates_equal_those_over_every_version(spark
     got = sorted((r["partition_id"], r["_v"], r["_p"]) for r in leader_changes(built).collect())
     assert got == [(0, 1, -2), (0, 9, 1), (1, 2, -2), (1, 6, 2), (1, 8, 6), (2, 3, -2), (2, 10, 3)], got
     assert lake.read("partitions").count() > leader_candidates(lake.read("partitions")).count() > 0
+
+
+def test_buckets_in_the_samples_own_tasks_equal_those_after_a_shuffle(spark, lake) -> None:
+    """``cache_lag(by_broker=True)`` aggregates the buckets in :func:`sample_lag`'s own tasks: every
+    sample of a broker must be in one of them. With five shuffle partitions kept apart (the brokers
+    spread over several tasks), the rows equal those of the shuffle by broker and bucket."""
+    from kraft_replay.spark import session_conf
+
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "5", "spark.sql.adaptive.coalescePartitions.enabled": "false"}):
+        samples = sample_lag(*_inputs(lake))
+        spread = samples.select("broker_id", F.spark_partition_id().alias("task")).distinct().collect()
+        got = cache_lag(samples, by_broker=True).localCheckpoint()
+    tasks = {}
+    for r in spread:
+        tasks.setdefault(r["broker_id"], set()).add(r["task"])
+    assert len({t for ts in tasks.values() for t in ts}) > 1 and all(len(ts) == 1 for ts in tasks.values())
+    want = cache_lag(samples.localCheckpoint())
+    assert got.count() > 2000
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)

@@ -300,16 +300,21 @@ def bucket_lags(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from pa.table([out[f.name].cast(f.type) for f in CACHE_LAG_SCHEMA], schema=CACHE_LAG_SCHEMA).to_batches(1 << 16)
 
 
-def cache_lag(samples: DataFrame, bucket_s: float = 1.0, rows: int | None = None) -> DataFrame:
+def cache_lag(samples: DataFrame, bucket_s: float = 1.0, rows: int | None = None, by_broker: bool = False) -> DataFrame:
     """Seed 002: the per-sample lags (:func:`sample_lag`) per broker and time bucket of ``bucket_s``
     seconds (:func:`bucket_lags`, on Arrow batches: one shuffle by broker and bucket). ``rows``: how
-    many samples, when known (it sizes the tasks, :data:`TASK_ROWS` samples each; else counted)."""
+    many samples, when known (it sizes the tasks, :data:`TASK_ROWS` samples each; else counted).
+    ``by_broker``: every sample of a broker is in one task already — :func:`sample_lag`'s frame itself,
+    not a checkpoint of it (its shuffle is by broker, and nothing after it moves a row) —: the buckets
+    are aggregated in those tasks, with no shuffle (``rows`` is not needed)."""
     us = int(bucket_s * 1_000_000)
     b = F.timestamp_micros((F.floor(_us(F.col("observed_at")) / us) * us).cast("long")).alias("bucket_start")
     s = samples.select(*_KEY, b, "observed_at", "applied_offset", "log_end_offset", "offset_lag", "time_lag_ms",
                        "registered", "fenced", "stalled", "image_divergence")
-    n = samples.count() if rows is None else rows
-    return s.repartition(tasks_holding(samples.sparkSession, n, TASK_ROWS), *BY_BROKER, "bucket_start").mapInArrow(bucket_lags, from_arrow_schema(CACHE_LAG_SCHEMA))
+    if not by_broker:
+        n = samples.count() if rows is None else rows
+        s = s.repartition(tasks_holding(samples.sparkSession, n, TASK_ROWS), *BY_BROKER, "bucket_start")
+    return s.mapInArrow(bucket_lags, from_arrow_schema(CACHE_LAG_SCHEMA))
 
 
 CACHE_LAG = "cache_lag"
@@ -336,8 +341,7 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
     with sized_by(progress.sparkSession, (progress, batches)):  # a few thousand samples: no generated code
         samples = sample_lag(progress, batches, brokers, partitions, status=status)
-        samples = samples.localCheckpoint(eager=True)
-        out = cache_lag(samples, bucket_s, rows=samples.count()).localCheckpoint(eager=True)
+        out = cache_lag(samples, bucket_s, by_broker=True).localCheckpoint(eager=True)
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
     return r.rows
