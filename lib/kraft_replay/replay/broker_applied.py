@@ -14,7 +14,9 @@ offset stayed the same (consecutive samples with one offset merged, ``samples`` 
   long ``APPLIED`` interval with many samples; ``cache_lag`` says whether the log moved meanwhile.
 * The last interval of a broker is open (``to_time`` null): its offset is the latest known.
 
-Window functions over (cluster, broker) ordered by ``observed_at``; no Python per row.
+Window functions over (cluster, broker) ordered by ``observed_at``, one sort: each run's figures are
+carried from its first row to its last, which is kept (no aggregate of the runs, no second ordering);
+no Python per row.
 """
 
 from __future__ import annotations
@@ -46,16 +48,22 @@ def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataF
     # the broker's median interval over its whole window: the rows are read once, not joined back
     p = p.select("*", F.percentile_approx("_gap_us", 0.5, 10000).over(Window.partitionBy(*BY_BROKER)).alias("_med_us"))
     gap = F.col("_gap_us").isNotNull() & F.col("_med_us").isNotNull() & (F.col("_gap_us") > F.col("_med_us") * gap_factor)
-    new_run = F.col("_prev_off").isNull() | (F.col("applied_offset") != F.col("_prev_off")) | gap
-    p = p.select("*", gap.alias("_gap_before"), new_run.alias("_new"))
-    p = p.select("*", F.sum(F.col("_new").cast("int")).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("_run"))
-    runs = p.groupBy(*_KEY, "_run").agg(
-        F.min("_us").alias("_first_us"), F.max("_us").alias("_last_us"), F.first("applied_offset").alias("applied_offset"),
-        F.max_by("applied_record_time", "_us").alias("applied_record_time"), F.count(F.lit(1)).alias("samples"),
-        F.max(F.when(F.col("_new"), F.col("_gap_before"))).alias("_gap_before"), F.first("_med_us").alias("_med_us"))
-    wr = Window.partitionBy(*BY_BROKER).orderBy("_run")
-    runs = runs.select("*", F.lead("_first_us").over(wr).alias("_next_us"), F.lead("_gap_before").over(wr).alias("_gap_after"),
-                       F.lag("applied_offset").over(wr).alias("_prev_run_off"))
+    new_run = F.coalesce(F.col("_prev_off").isNull() | (F.col("applied_offset") != F.col("_prev_off")) | gap, F.lit(False))
+    p = p.select("*", gap.alias("_gap_before"), new_run.alias("_new"), F.row_number().over(w).alias("_n"))
+    # each run's figures in the same ordering (no aggregate, no second sort): its first row's carried
+    # down to every row of the run, and its last row kept, with the next row (the next run's first)
+    run = w.rowsBetween(Window.unboundedPreceding, 0)
+    first = F.last(F.when(F.col("_new"), F.struct(F.col("_us").alias("us"), F.col("applied_offset").alias("off"),
+                                                 F.col("_gap_before").alias("gap"), F.col("_prev_off").alias("prev"),
+                                                 F.col("_n").alias("n"))), ignorenulls=True).over(run)
+    p = p.select("*", first.alias("_first"),
+                 F.coalesce(F.lead("_new").over(w), F.lit(True)).alias("_last"),
+                 F.lead("_us").over(w).alias("_next_us"), F.lead("_gap_before").over(w).alias("_gap_after"))
+    runs = p.where(F.col("_last")).select(
+        *_KEY, F.col("_first.us").alias("_first_us"), F.col("_us").alias("_last_us"),
+        F.col("_first.off").alias("applied_offset"), "applied_record_time",
+        (F.col("_n") - F.col("_first.n") + 1).alias("samples"), F.col("_first.gap").alias("_gap_before"), "_med_us",
+        "_next_us", "_gap_after", F.col("_first.prev").alias("_prev_run_off"))
     end_us = F.when(F.col("_gap_after"), F.col("_last_us") + F.col("_med_us")).otherwise(F.col("_next_us"))
     ts = lambda c: F.timestamp_micros(c.cast("long"))  # noqa: E731
     applied = F.struct(
