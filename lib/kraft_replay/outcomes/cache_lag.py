@@ -341,7 +341,7 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
     with sized_by(progress.sparkSession, (progress, batches)):  # a few thousand samples: no generated code
         samples = sample_lag(progress, batches, brokers, partitions, status=status)
-        out = cache_lag(samples, bucket_s, by_broker=True).localCheckpoint(eager=True)
+        out = cache_lag(samples, bucket_s, by_broker=True)  # computed by the write itself, read once
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
     return r.rows
