@@ -29,11 +29,12 @@ and log-end offsets, and whether any sample stalled.
 How it runs: one shuffle of the samples (by broker: duplicates, the window for ``applied_since``);
 then each task looks its samples up on numpy (:func:`sample_lookups`) in what was collected once on
 the driver — the cluster's batches (by append time and by last offset:
-:class:`~kraft_replay.outcomes.steps.ClusterSteps`, 40 bytes per batch), its captures, its leader changes
+``outcomes.steps.log_steps``: 16 bytes per batch in the usual log), its captures, its leader changes
 (76k at 10M records) — where Spark's windows over the union of samples and batches sorted both twice
-and the divergence joined the lagging samples with the changes on offset buckets and back by sample. The buckets are
-aggregated on Arrow batches (:func:`bucket_lags`: one sort per lag, where Spark's ``percentile_approx``
-kept a quantile sketch per bucket — 7M buckets of one sample at 10M records). The live stream keeps
+and the divergence joined the lagging samples with the changes on offset buckets and back by sample.
+The buckets are aggregated on Arrow batches in the same tasks (:func:`bucket_lags`: one sort per lag,
+where Spark's ``percentile_approx`` kept a quantile sketch per bucket — 7M buckets of one sample at
+10M records). The live stream keeps
 the same rules in :mod:`kraft_replay.outcomes.live_lag`; tests hold the two equal.
 """
 
@@ -217,23 +218,26 @@ def sample_lookups(steps: dict[str, ClusterSteps], captures: dict[str, tuple[np.
 
 def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, partitions: DataFrame,
                stall_after_s: float = STALL_AFTER_S,
-               status: DataFrame | None = None) -> DataFrame:
+               status: DataFrame | None = None, rows: int | None = None) -> DataFrame:
     """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
     the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions;
     ``status``: bronze ``quorum_status`` (its high watermarks make the end the committed end:
     :func:`committed_end`). Collects what the samples look up when called (:func:`sample_lookups`: the
-    batches, the captures, the leader changes of ``partitions``)."""
+    batches, the captures, the leader changes of ``partitions``). ``rows``: the samples, when known: the
+    shuffle by broker makes tasks of about :data:`TASK_ROWS` samples (what :func:`cache_lag` holds per
+    task with ``by_broker``); else Spark's adaptive partitions."""
     # one shuffle: the duplicates' grouping and the window are both per broker (a hash of the broker satisfies both)
-    s = (progress.select(*_KEY, "observed_at", "applied_offset").repartition(*BY_BROKER)
-         .dropDuplicates([*_KEY, "observed_at"]))
+    s = progress.select(*_KEY, "observed_at", "applied_offset")
+    s = (s.repartition(*BY_BROKER) if rows is None else
+         s.repartition(tasks_holding(progress.sparkSession, rows, TASK_ROWS), *BY_BROKER))
+    s = s.dropDuplicates([*_KEY, "observed_at"])
     w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
     moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
     s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
     s = s.select(*_KEY, "observed_at", "applied_offset",
                  F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"))
-    steps = log_steps(batches.select("cluster_id", F.col("batch_base_offset").alias("base"),
-                                     F.col("batch_last_offset").alias("last"), _us(F.col("append_time")).alias("time"))
-                      .toArrow())
+    steps = log_steps(batches.select("cluster_id", F.col("batch_last_offset").alias("last"),
+                                     _us(F.col("append_time")).alias("time")).toArrow())
     found = StructType([*s.schema.fields, StructField("log_end_offset", LongType()), StructField("_next_us", LongType()),
                         StructField("image_divergence", LongType())])
     s = s.mapInArrow(sample_lookups(steps, sample_captures(status, steps) if status is not None else {},
@@ -340,7 +344,7 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
         return 0
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
     with sized_by(progress.sparkSession, (progress, batches)):  # a few thousand samples: no generated code
-        samples = sample_lag(progress, batches, brokers, partitions, status=status)
+        samples = sample_lag(progress, batches, brokers, partitions, status=status, rows=progress.count())
         out = cache_lag(samples, bucket_s, by_broker=True)  # computed by the write itself, read once
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")

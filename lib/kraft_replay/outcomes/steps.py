@@ -42,7 +42,8 @@ class ClusterSteps:
     both ends included; None: no batches), each broker's :class:`BrokerSteps`, its batches' base
     offsets (ascending) with their append times (µs), the log's end over time: the batches'
     append times (ascending, ``end_time``) with the largest last offset appended at or before each
-    (``end_high``), and their last offsets (ascending, ``by_last``) with their append times."""
+    (``end_high``), and — for :func:`log_steps` only — their last offsets (ascending, ``by_last``) with
+    their append times."""
 
     known: np.ndarray
     span: tuple[int, int] | None
@@ -170,13 +171,11 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, 
     base = batches.column("base").to_numpy(zero_copy_only=False).astype(np.int64)
     last = batches.column("last").to_numpy(zero_copy_only=False).astype(np.int64)
     btime = batches.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
-    bb, ee, ll = {}, {}, {}
+    bb, ee = {}, {}
     for k in _groups(bcode, base):  # by offset: the batch holding an offset
         bb[bnames[bcode[k[0]]]] = (base[k], btime[k])
     for k in _groups(bcode, btime, last):  # by append time: the log's end at a time
         ee[bnames[bcode[k[0]]]] = (btime[k], np.maximum.accumulate(last[k]))
-    for k in _groups(bcode, last):  # by last offset: the first batch at or past an offset
-        ll[bnames[bcode[k[0]]]] = (last[k], btime[k])
     if spans is None:  # first and last append time, or the last interval start when later
         sp = {c: (int(t[0]), max(int(t[-1]), last_start.get(c, NULL))) for c, (t, _) in ee.items()}
     else:
@@ -185,16 +184,29 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, 
                                               spans.column("span_end").to_pylist()) if lo is not None}
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     return {c: ClusterSteps(np.array(sorted(kn.get(c, [])), dtype=np.int64), sp.get(c), steps.get(c, {}),
-                            *bb.get(c, empty), *ee.get(c, empty), *ll.get(c, empty)) for c in {*steps, *kn, *sp, *bb}}
+                            *bb.get(c, empty), *ee.get(c, empty)) for c in {*steps, *kn, *sp, *bb}}
 
 
 def log_steps(batches: pa.Table) -> dict[str, ClusterSteps]:
-    """Per cluster, the :class:`ClusterSteps` of its batches alone (``cluster_id``, ``base``, ``last``,
-    ``time``: :func:`cluster_steps`' ``batches``): no broker steps, no known broker."""
-    none = pa.table({"cluster_id": pa.array([], pa.string()), "broker_id": pa.array([], pa.int64()),
-                     "start": pa.array([], pa.int64()), "end": pa.array([], pa.int64()),
-                     "offset": pa.array([], pa.int64())})
-    return cluster_steps(none, none.select(["cluster_id", "broker_id"]), None, batches)
+    """Per cluster, the log's end over time and its batches by last offset (``by_last``,
+    :meth:`ClusterSteps.next_batch_time`) from ``batches`` (:func:`cluster_steps`' ``batches``): what
+    ``cache_lag``'s samples look up, nothing else (no broker steps, no batches by base offset). 16
+    bytes per batch when the two orders are one (append times growing with offsets, the usual log: one
+    pair of arrays serves both, pickled once), 32 otherwise."""
+    bcode, bnames = codes(batches.column("cluster_id"))
+    last = batches.column("last").to_numpy(zero_copy_only=False).astype(np.int64)
+    btime = batches.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
+    ends = {bnames[bcode[k[0]]]: (btime[k], np.maximum.accumulate(last[k])) for k in _groups(bcode, btime, last)}
+    out = {}
+    for k in _groups(bcode, last):
+        c = bnames[bcode[k[0]]]
+        t, high = ends[c]
+        by, by_t = last[k], btime[k]
+        if np.array_equal(by, high) and np.array_equal(by_t, t):
+            by, by_t = high, t
+        none = np.zeros(0, np.int64)
+        out[c] = ClusterSteps(none, (int(t[0]), int(t[-1])), {}, none, none, t, high, by, by_t)
+    return out
 
 
 def _groups(code: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
@@ -221,7 +233,7 @@ def _order(*keys: np.ndarray) -> np.ndarray | None:
 def broadcast_steps(broker_applied, brokers, log_batches):  # noqa: ANN001, ANN201 - DataFrames -> Broadcast
     """Every cluster's :class:`ClusterSteps` (:func:`cluster_steps`) from the silver tables, built on the
     driver and broadcast to the workers (``.value``: cluster id -> :class:`ClusterSteps`; 32 bytes per
-    ``broker_applied`` interval, 40 per batch): :func:`broadcast_read_steps` of the frames collected as
+    ``broker_applied`` interval, 24 per batch): :func:`broadcast_read_steps` of the frames collected as
     Arrow (one Spark collect each). Destroyed when the innermost :func:`released_broadcasts` block
     around the call ends, else by the caller (or with the Spark context)."""
     frames = {"broker_applied": broker_applied, "brokers": brokers, "log_batches": log_batches}
