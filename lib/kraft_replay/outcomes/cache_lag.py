@@ -193,7 +193,7 @@ def sample_lookups(steps: dict[str, ClusterSteps], captures: dict[str, tuple[np.
       :func:`~kraft_replay.outcomes.lookups.changes_in`; 0 without a range."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            t = pc.cast(b.column("observed_at"), pa.int64()).fill_null(NULL).to_numpy().astype(np.int64)
+            t = _ints(b, "observed_at")
             applied, has_applied = arrow_longs(b.column("applied_offset"))
             end = np.full(b.num_rows, -1, np.int64)
             nxt = np.full(b.num_rows, NULL, np.int64)
@@ -339,13 +339,14 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
         return 0
     where = cluster_where(clusters)
     progress, batches, brokers, partitions = (lake.read(t, where=where) for t in needed)
-    if lake.exists(CACHE_LAG) and progress.isEmpty() and lake.read(CACHE_LAG, where=where).isEmpty():
+    samples = progress.count()
+    if lake.exists(CACHE_LAG) and not samples and lake.read(CACHE_LAG, where=where).isEmpty():
         say(f"  {CACHE_LAG}: no metric samples of {', '.join(clusters)}: nothing to write")
         return 0
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
-    with sized_by(progress.sparkSession, (progress, batches)):  # a few thousand samples: no generated code
-        samples = sample_lag(progress, batches, brokers, partitions, status=status, rows=progress.count())
-        out = cache_lag(samples, bucket_s, by_broker=True)  # computed by the write itself, read once
+    with sized_by(progress.sparkSession, (samples, batches)):  # a few thousand samples: no generated code
+        lags = sample_lag(progress, batches, brokers, partitions, status=status, rows=samples)
+        out = cache_lag(lags, bucket_s, by_broker=True)  # computed by the write itself, read once
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
     return r.rows

@@ -13,6 +13,9 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from kraft_replay.outcomes.steps import _groups
+from kraft_replay.spark.arrow import codes
+
 __all__ = ["applied_at", "log_end_at", "known_brokers", "log_span", "with_known_and_span", "outside_log",
            "batch_time_at", "entity_changes", "count_changes", "collect_changes", "changes_in", "arrow_longs", "PAIRS"]
 
@@ -165,17 +168,10 @@ def collect_changes(changes: DataFrame) -> dict[str, tuple[np.ndarray, np.ndarra
     rows counting them) on the driver, per cluster: ``_v`` sorted and ``_p`` in the same order, what
     :func:`changes_in` counts in."""
     t = changes.select("cluster_id", "_v", "_p").toArrow()
-    t = t.sort_by([("cluster_id", "ascending"), ("_v", "ascending"), ("_p", "ascending")])
-    cluster = t.column("cluster_id").to_pylist()
+    code, names = codes(t.column("cluster_id"))
     v = t.column("_v").to_numpy().astype(np.int64)
     p = t.column("_p").to_numpy().astype(np.int64)
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    start = 0
-    for i in range(1, len(cluster) + 1):
-        if i == len(cluster) or cluster[i] != cluster[start]:
-            out[cluster[start]] = (v[start:i], p[start:i])
-            start = i
-    return out
+    return {names[code[k[0]]]: (v[k], p[k]) for k in _groups(code, v, p)}
 
 
 def changes_in(v: np.ndarray, p: np.ndarray, lo: np.ndarray, hi: np.ndarray, pairs: int = PAIRS) -> np.ndarray:

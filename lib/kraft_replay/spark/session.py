@@ -556,10 +556,10 @@ def sized_run(spark, rows: int):  # noqa: ANN001, ANN201 - a SparkSession; a con
 def sized_by(spark, frames: Iterable):  # noqa: ANN001, ANN201 - a SparkSession, DataFrames; a context manager
     """:func:`sized_run` of the rows ``frames`` hold together, counted frame by frame (a small job
     each) until they reach :data:`SMALL_RUN_ROWS`: the frames a job reads, when their size is not
-    known beforehand."""
+    known beforehand (an int among them: a frame's rows the caller counted already)."""
     rows = 0
     for df in frames:
-        rows += df.count()
+        rows += df if isinstance(df, int) else df.count()
         if rows >= SMALL_RUN_ROWS:
             break
     return sized_run(spark, rows)
