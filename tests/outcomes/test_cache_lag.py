@@ -161,3 +161,20 @@ def test_buckets_in_the_samples_own_tasks_equal_those_after_a_shuffle(spark, lak
     want = cache_lag(samples.localCheckpoint())
     assert got.count() > 2000
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_batch_steps_read_from_the_lake_equal_those_collected(lake) -> None:
+    """``write_cache_lag`` reads the batches' steps on the driver (``read_batch_steps``: no Spark job,
+    no row through the driver JVM) instead of collecting ``log_batches`` (``batch_steps``): the same
+    arrays, per cluster."""
+    import numpy as np
+
+    from kraft_replay.outcomes.cache_lag import batch_steps, read_batch_steps
+
+    clusters = [r["cluster_id"] for r in lake.read("log_batches").select("cluster_id").distinct().collect()]
+    want, got = batch_steps(lake.read("log_batches")), read_batch_steps(lake, clusters + ["no-such-cluster"])
+    assert set(got) == set(want) == set(clusters) and clusters
+    for c in clusters:
+        for field in ("end_time", "end_high", "by_last", "by_last_time"):
+            a, b = getattr(got[c], field), getattr(want[c], field)
+            assert a.dtype == b.dtype and len(a) > 10 and np.array_equal(a, b), (c, field)

@@ -56,7 +56,7 @@ from kraft_replay.replay.broker_applied import BY_BROKER
 from kraft_replay.spark import sized_by, tasks_holding
 from kraft_replay.spark.arrow import codes
 
-__all__ = ["sample_lag", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag", "committed_end", "sample_captures",
+__all__ = ["sample_lag", "batch_steps", "read_batch_steps", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag", "committed_end", "sample_captures",
            "sample_lookups", "CACHE_LAG",
            "leader_changes", "CACHE_LAG_COLUMNS", "CACHE_LAG_SCHEMA", "TASK_ROWS",
            "STALL_AFTER_S"]
@@ -216,16 +216,40 @@ def sample_lookups(steps: dict[str, ClusterSteps], captures: dict[str, tuple[np.
     return run
 
 
+def batch_steps(batches: DataFrame) -> dict[str, ClusterSteps]:
+    """:func:`~kraft_replay.outcomes.steps.log_steps` of ``log_batches`` rows collected by Spark (one
+    collect: the rows pass through the driver JVM's heap at once)."""
+    return log_steps(batches.select("cluster_id", F.col("batch_last_offset").alias("last"),
+                                    _us(F.col("append_time")).alias("time")).toArrow())
+
+
+def read_batch_steps(lake, clusters: list[str]) -> dict[str, ClusterSteps]:  # noqa: ANN001 - a Lake
+    """:func:`batch_steps` of the lake's ``log_batches``, read on the driver cluster by cluster
+    (``Lake.read_arrow``: the embedded backend reads the files with delta-rs — no Spark job, no row
+    through the driver JVM, whose 4 GiB heap a collect of 18M batches at 100M records exhausted)."""
+    out: dict[str, ClusterSteps] = {}
+    for c in clusters:
+        t = lake.read_arrow("log_batches", ["batch_last_offset", "append_time"], partitions=[("cluster_id", "=", c)])
+        if not t.num_rows:
+            continue
+        cluster = pa.DictionaryArray.from_arrays(pa.array(np.zeros(t.num_rows, np.int32)), pa.array([c]))
+        time = pc.cast(t.column("append_time"), pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64())
+        out.update(log_steps(pa.table({"cluster_id": cluster, "last": t.column("batch_last_offset"), "time": time})))
+    return out
+
+
 def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, partitions: DataFrame,
                stall_after_s: float = STALL_AFTER_S,
-               status: DataFrame | None = None, rows: int | None = None) -> DataFrame:
+               status: DataFrame | None = None, rows: int | None = None,
+               steps: dict[str, ClusterSteps] | None = None) -> DataFrame:
     """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
     the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions;
     ``status``: bronze ``quorum_status`` (its high watermarks make the end the committed end:
     :func:`committed_end`). Collects what the samples look up when called (:func:`sample_lookups`: the
     batches, the captures, the leader changes of ``partitions``). ``rows``: the samples, when known: the
     shuffle by broker makes tasks of about :data:`TASK_ROWS` samples (what :func:`cache_lag` holds per
-    task with ``by_broker``); else Spark's adaptive partitions."""
+    task with ``by_broker``); else Spark's adaptive partitions. ``steps``: the batches' steps, read
+    already (:func:`read_batch_steps`); None: collected from ``batches`` (:func:`batch_steps`)."""
     # one shuffle: the duplicates' grouping and the window are both per broker (a hash of the broker satisfies both)
     s = progress.select(*_KEY, "observed_at", "applied_offset")
     s = (s.repartition(*BY_BROKER) if rows is None else
@@ -236,8 +260,7 @@ def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, part
     s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
     s = s.select(*_KEY, "observed_at", "applied_offset",
                  F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"))
-    steps = log_steps(batches.select("cluster_id", F.col("batch_last_offset").alias("last"),
-                                     _us(F.col("append_time")).alias("time")).toArrow())
+    steps = batch_steps(batches) if steps is None else steps
     found = StructType([*s.schema.fields, StructField("log_end_offset", LongType()), StructField("_next_us", LongType()),
                         StructField("image_divergence", LongType())])
     s = s.mapInArrow(sample_lookups(steps, sample_captures(status, steps) if status is not None else {},
@@ -345,7 +368,8 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
         return 0
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
     with sized_by(progress.sparkSession, (samples, batches)):  # a few thousand samples: no generated code
-        lags = sample_lag(progress, batches, brokers, partitions, status=status, rows=samples)
+        lags = sample_lag(progress, batches, brokers, partitions, status=status, rows=samples,
+                          steps=read_batch_steps(lake, clusters))
         out = cache_lag(lags, bucket_s, by_broker=True)  # computed by the write itself, read once
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
