@@ -51,13 +51,13 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from kraft_replay.outcomes.lookups import arrow_longs, changes_in, collect_changes
-from kraft_replay.outcomes.steps import NULL, ClusterSteps, log_steps
+from kraft_replay.outcomes.steps import NULL, ClusterSteps, arrow_micros, cluster_log_steps, log_steps
 from kraft_replay.replay.broker_applied import BY_BROKER
 from kraft_replay.spark import sized_by, tasks_holding
 from kraft_replay.spark.arrow import codes
 
-__all__ = ["sample_lag", "batch_steps", "read_batch_steps", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag", "committed_end", "sample_captures",
-           "sample_lookups", "CACHE_LAG",
+__all__ = ["sample_lag", "batch_steps", "read_batch_steps", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag",
+           "committed_end", "sample_captures", "sample_lookups", "CACHE_LAG",
            "leader_changes", "CACHE_LAG_COLUMNS", "CACHE_LAG_SCHEMA", "TASK_ROWS",
            "STALL_AFTER_S"]
 
@@ -230,11 +230,9 @@ def read_batch_steps(lake, clusters: list[str]) -> dict[str, ClusterSteps]:  # n
     out: dict[str, ClusterSteps] = {}
     for c in clusters:
         t = lake.read_arrow("log_batches", ["batch_last_offset", "append_time"], partitions=[("cluster_id", "=", c)])
-        if not t.num_rows:
-            continue
-        cluster = pa.DictionaryArray.from_arrays(pa.array(np.zeros(t.num_rows, np.int32)), pa.array([c]))
-        time = pc.cast(t.column("append_time"), pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64())
-        out.update(log_steps(pa.table({"cluster_id": cluster, "last": t.column("batch_last_offset"), "time": time})))
+        if t.num_rows:
+            out[c] = cluster_log_steps(t.column("batch_last_offset").to_numpy().astype(np.int64),
+                                       arrow_micros(t.column("append_time")).to_numpy().astype(np.int64))
     return out
 
 
@@ -367,9 +365,10 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
         say(f"  {CACHE_LAG}: no metric samples of {', '.join(clusters)}: nothing to write")
         return 0
     status = lake.read("quorum_status", where=where) if lake.exists("quorum_status") else None
-    with sized_by(progress.sparkSession, (samples, batches)):  # a few thousand samples: no generated code
-        lags = sample_lag(progress, batches, brokers, partitions, status=status, rows=samples,
-                          steps=read_batch_steps(lake, clusters))
+    steps = read_batch_steps(lake, clusters)
+    batch_rows = sum(len(s.end_time) for s in steps.values())
+    with sized_by(progress.sparkSession, (samples, batch_rows)):  # a few thousand samples: no generated code
+        lags = sample_lag(progress, batches, brokers, partitions, status=status, rows=samples, steps=steps)
         out = cache_lag(lags, bucket_s, by_broker=True)  # computed by the write itself, read once
     r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 
 from kraft_replay.spark.arrow import codes
 
-__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "log_steps", "broadcast_steps", "broadcast_read_steps",
-           "held_broadcast", "released_broadcasts"]
+__all__ = ["NULL", "OPEN", "BrokerSteps", "ClusterSteps", "cluster_steps", "log_steps", "cluster_log_steps", "arrow_micros",
+           "broadcast_steps", "broadcast_read_steps", "held_broadcast", "released_broadcasts"]
 
 NULL = np.iinfo(np.int64).min  # no applied offset (no interval, NO_SAMPLES)
 OPEN = np.iinfo(np.int64).max  # an interval still open (to_time null)
@@ -188,25 +188,34 @@ def cluster_steps(intervals: pa.Table, known: pa.Table, spans: pa.Table | None, 
 
 
 def log_steps(batches: pa.Table) -> dict[str, ClusterSteps]:
-    """Per cluster, the log's end over time and its batches by last offset (``by_last``,
-    :meth:`ClusterSteps.next_batch_time`) from ``batches`` (:func:`cluster_steps`' ``batches``): what
-    ``cache_lag``'s samples look up, nothing else (no broker steps, no batches by base offset). 16
-    bytes per batch when the two orders are one (append times growing with offsets, the usual log: one
-    pair of arrays serves both, pickled once), 32 otherwise."""
+    """Per cluster, :func:`cluster_log_steps` of its rows of ``batches`` (``cluster_id``, ``last``,
+    ``time``: :func:`cluster_steps`' ``batches``, ``base`` not read)."""
     bcode, bnames = codes(batches.column("cluster_id"))
     last = batches.column("last").to_numpy(zero_copy_only=False).astype(np.int64)
     btime = batches.column("time").to_numpy(zero_copy_only=False).astype(np.int64)
-    ends = {bnames[bcode[k[0]]]: (btime[k], np.maximum.accumulate(last[k])) for k in _groups(bcode, btime, last)}
-    out = {}
-    for k in _groups(bcode, last):
-        c = bnames[bcode[k[0]]]
-        t, high = ends[c]
-        by, by_t = last[k], btime[k]
-        if np.array_equal(by, high) and np.array_equal(by_t, t):
-            by, by_t = high, t
-        none = np.zeros(0, np.int64)
-        out[c] = ClusterSteps(none, (int(t[0]), int(t[-1])), {}, none, none, t, high, by, by_t)
-    return out
+    return {bnames[bcode[k[0]]]: cluster_log_steps(last[k], btime[k]) for k in _groups(bcode)}
+
+
+def cluster_log_steps(last: np.ndarray, time: np.ndarray) -> ClusterSteps:
+    """One cluster's log's end over time and its batches by last offset (``by_last``,
+    :meth:`ClusterSteps.next_batch_time`) from its batches' last offsets and append times (µs, int64;
+    at least one): what ``cache_lag``'s samples look up, nothing else (no broker steps, no batches by
+    base offset). 16 bytes per batch when the two orders are one (append times growing with offsets,
+    the usual log: one pair of arrays serves both, pickled once), 32 otherwise."""
+    k = _order(time, last)
+    t, high = (time, last) if k is None else (time[k], last[k])
+    high = np.maximum.accumulate(high)
+    k = _order(last)
+    by, by_t = (last, time) if k is None else (last[k], time[k])
+    if np.array_equal(by, high) and np.array_equal(by_t, t):
+        by, by_t = high, t
+    none = np.zeros(0, np.int64)
+    return ClusterSteps(none, (int(t[0]), int(t[-1])), {}, none, none, t, high, by, by_t)
+
+
+def arrow_micros(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A timestamp column as int64 microseconds since the epoch (UTC)."""
+    return pc.cast(col, pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64())
 
 
 def _groups(code: np.ndarray, *keys: np.ndarray) -> list[np.ndarray]:
@@ -245,16 +254,15 @@ def broadcast_read_steps(spark, read: Callable[[str, list[str]], pa.Table]):  # 
     gives those columns of ``broker_applied``, ``brokers`` and ``log_batches`` (e.g.
     :meth:`kraft_replay.lake.Lake.read_arrow` at the snapshot the job reads: no Spark job, no rows
     converted by the JVM). Same steps, same release."""
-    us = lambda col: pc.cast(col, pa.timestamp("us", tz="UTC"), safe=False).cast(pa.int64())  # noqa: E731
     ba = read("broker_applied", ["cluster_id", "broker_id", "from_time", "to_time", "state", "applied_offset"])
     applied = pc.fill_null(pc.equal(ba.column("state"), "APPLIED"), False)
     iv = pa.table({"cluster_id": ba.column("cluster_id"), "broker_id": ba.column("broker_id"),
-                   "start": us(ba.column("from_time")), "end": us(ba.column("to_time")),
+                   "start": arrow_micros(ba.column("from_time")), "end": arrow_micros(ba.column("to_time")),
                    "offset": pc.if_else(applied, ba.column("applied_offset"), pa.scalar(None, pa.int64()))})
     del ba
     lb = read("log_batches", ["cluster_id", "batch_base_offset", "batch_last_offset", "append_time"])
     batches = pa.table({"cluster_id": lb.column("cluster_id"), "base": lb.column("batch_base_offset"),
-                        "last": lb.column("batch_last_offset"), "time": us(lb.column("append_time"))})
+                        "last": lb.column("batch_last_offset"), "time": arrow_micros(lb.column("append_time"))})
     known = read("brokers", ["cluster_id", "broker_id"]).group_by(["cluster_id", "broker_id"]).aggregate([])
     steps = cluster_steps(iv, known, None, batches)
     del iv, batches
