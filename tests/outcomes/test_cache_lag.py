@@ -145,15 +145,16 @@ def test_leader_changes_over_the_candidates_equal_those_over_every_version(spark
 
 
 def test_buckets_in_the_samples_own_tasks_equal_those_after_a_shuffle(spark, lake) -> None:
-    """``cache_lag(by_broker=True)`` aggregates the buckets in :func:`sample_lag`'s own tasks: every
-    sample of a broker must be in one of them. With five shuffle partitions kept apart (the brokers
-    spread over several tasks), the rows equal those of the shuffle by broker and bucket."""
+    """``broker_cache_lag`` aggregates the buckets in the samples' own tasks (every sample of a broker
+    in one of them). With five shuffle partitions kept apart (the brokers spread over several tasks),
+    the rows equal those of :func:`sample_lag`'s rows shuffled by broker and bucket (``cache_lag``)."""
+    from kraft_replay.outcomes.cache_lag import broker_cache_lag
     from kraft_replay.spark import session_conf
 
     with session_conf(spark, {"spark.sql.shuffle.partitions": "5", "spark.sql.adaptive.coalescePartitions.enabled": "false"}):
         samples = sample_lag(*_inputs(lake))
         spread = samples.select("broker_id", F.spark_partition_id().alias("task")).distinct().collect()
-        got = cache_lag(samples, by_broker=True).localCheckpoint()
+        got = broker_cache_lag(*_inputs(lake)).localCheckpoint()
     tasks = {}
     for r in spread:
         tasks.setdefault(r["broker_id"], set()).add(r["task"])

@@ -6,11 +6,13 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 from chispa import assert_df_equality
 
 from kraft_replay.ingest.schemas import BROKER_PROGRESS_SCHEMA
 from kraft_replay.ingest.tables import spark_schema
-from kraft_replay.replay.broker_applied import BROKER_APPLIED_COLUMNS, broker_applied
+from kraft_replay.replay.broker_applied import BROKER_APPLIED_COLUMNS, applied_intervals, broker_applied
+from kraft_replay.replay.schemas import BROKER_APPLIED_SCHEMA
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "oracle"))
 import broker_applied_oracle  # noqa: E402
@@ -73,3 +75,34 @@ def test_equals_oracle_on_generated_progress(spark) -> None:
     states = {(r.state, r.restarted) for r in got.select("state", "restarted").distinct().collect()}
     assert states == {("APPLIED", False), ("APPLIED", True), ("NO_SAMPLES", False)}  # the scenario restarts brokers
     assert_df_equality(got, _expected(spark, rows), ignore_row_order=True, ignore_nullable=True)
+
+
+def _intervals(rows: list[dict]) -> list[tuple]:
+    """:func:`applied_intervals` of ``rows`` (one task's samples), as (broker, state, offset, samples,
+    restarted, from s, to s) sorted."""
+    t = pa.Table.from_pylist(rows, schema=BROKER_PROGRESS_SCHEMA)
+    out = applied_intervals(pa.Table.from_batches(t.to_batches(max_chunksize=3)))
+    assert out.schema == BROKER_APPLIED_SCHEMA
+    sec = lambda v: None if v is None else (v.replace(tzinfo=None) - T0).total_seconds()  # noqa: E731
+    return sorted((r["broker_id"], r["state"], r["applied_offset"], r["samples"], r["restarted"], sec(r["from_time"]),
+                   sec(r["to_time"])) for r in out.to_pylist())
+
+
+def test_a_time_sampled_twice_counts_once_as_the_oracle_keeps_it() -> None:
+    """Two samples of one broker at one time (an exporter scraped twice): the first met counts, as in
+    the oracle; the rest of the step function is the oracle's too."""
+    rows = [_s(1, 0, 4), _s(1, 1, 6), {**_s(1, 1, 9)}, _s(1, 2, 6), _s(1, 9, 8), _s(2, 0, 1)]
+    exp = broker_applied_oracle.broker_applied(rows)
+    sec = lambda v: None if v is None else (v - T0).total_seconds()  # noqa: E731
+    assert _intervals(rows) == sorted((r["broker_id"], r["state"], r["applied_offset"], r["samples"], r["restarted"],
+                                       sec(r["from_time"]), sec(r["to_time"])) for r in exp)
+    assert (1, "APPLIED", 6, 2, False, 1.0, 3.0) in _intervals(rows)  # 9 at 1 s was the second met: dropped
+    assert (1, "NO_SAMPLES", None, 0, False, 3.0, 9.0) in _intervals(rows)
+
+
+def test_no_task_rows_no_interval_and_a_null_offset_continues_its_run() -> None:
+    assert applied_intervals(BROKER_PROGRESS_SCHEMA.empty_table()).num_rows == 0
+    rows = [_s(1, 0, 4), {**_s(1, 1, 0), "applied_offset": None}, _s(1, 2, 4), _s(1, 3, 5)]
+    # the null joins the run of 4 before it; the sample after a null starts a run of its own
+    assert _intervals(rows) == [(1, "APPLIED", 4, 1, False, 2.0, 3.0), (1, "APPLIED", 4, 2, False, 0.0, 2.0),
+                                (1, "APPLIED", 5, 1, False, 3.0, None)]

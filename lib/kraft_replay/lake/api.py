@@ -190,15 +190,40 @@ class Lake:
         return self._write(name, lambda: self._impl.write(name, df, mode="overwrite", replace_where=replace_where, txn=txn,
                                                           schema=schema))
 
+    def overwrite_from_tasks(self, name: str, df: DataFrame, rows_of: Callable[[pa.Table], pa.Table],
+                             replace_where: str | None = None) -> CommitResult:
+        """:meth:`overwrite` with the rows ``rows_of`` makes of each task's rows of ``df`` (a table of
+        the table's columns). On the embedded backend the tasks write the files themselves (pyarrow,
+        staged, committed at once: :meth:`commit_staged`), and the rows never go back through Spark;
+        on delta-spark Spark writes what ``mapInArrow`` gives."""
+        from kraft_replay.lake import staged as _staged
+        from kraft_replay.spark.arrow import per_task
+
+        name = _valid_name(name)
+        if self.backend != "deltars":
+            return self.overwrite(name, df.mapInArrow(per_task(rows_of), self.schema(name)), replace_where=replace_where)
+        sink = self.new_staging(name)
+        try:
+            df.mapInArrow(_staged.task_writer(sink, rows_of), "files long").collect()
+            return self.commit_staged(sink, replace_where=replace_where, overwrite=replace_where is None)
+        except BaseException:
+            self.abort_staged(sink)
+            raise
+
     def replace_published(self, name: str, df: DataFrame, replace_where: str, run_id: str,
-                          schema: StructType | None = None, partition_by: list[str] | None = None) -> CommitResult:
+                          schema: StructType | None = None, partition_by: list[str] | None = None,
+                          rows_of: Callable[[pa.Table], pa.Table] | None = None) -> CommitResult:
         """A run of one table: create it if missing (``schema``, default ``df``'s), replace the rows
         matching ``replace_where`` and publish; on failure the run ends unpublished (rolled back by
-        the next)."""
+        the next). ``rows_of``: the rows are those it makes of each task's rows of ``df``
+        (:meth:`overwrite_from_tasks`; ``schema`` needed)."""
+        if rows_of is not None and schema is None:
+            raise InvalidArgumentError(f"replace_published of {name!r} with rows_of: pass the table's schema")
         self.start_run(run_id, [name])
         try:
             self.create_table(name, schema or df.schema, partition_by=partition_by)
-            r = self.overwrite(name, df, replace_where=replace_where)
+            r = (self.overwrite(name, df, replace_where=replace_where) if rows_of is None
+                 else self.overwrite_from_tasks(name, df, rows_of, replace_where=replace_where))
             self.publish([name], run_id)
         except BaseException:
             self.end_run()

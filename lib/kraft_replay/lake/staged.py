@@ -16,7 +16,7 @@ layout, so the files are copied rather than adopted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -350,6 +350,24 @@ def check_file_schemas(info: StagedWrite, location: _files.Location, files: list
         if extra:
             raise SchemaMismatchError(f"table {info.table!r}: staged file {rel} has column {extra[0]!r} that is not "
                                       "a data column of the table; drop it (the write was not committed)")
+
+
+def task_writer(info: StagedWrite, rows_of: Callable[[pa.Table], pa.Table]
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function writing ``rows_of`` (a task's rows at once) into ``info``'s files
+    (:func:`write_staged_arrow`, named after the task's partition: a retried task rewrites its own)
+    instead of handing them back to Spark; each task yields one row, ``files``: how many it wrote."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        got = list(batches)
+        paths: list[str] = []
+        if got:
+            ctx = TaskContext.get()
+            paths = write_staged_arrow(info, rows_of(pa.Table.from_batches(got).combine_chunks()),
+                                       part_id=f"{ctx.partitionId() if ctx else 0:05d}")
+        yield pa.RecordBatch.from_pydict({"files": pa.array([len(paths)], pa.int64())})
+    return run
 
 
 def read_staged(spark, info: StagedWrite):  # noqa: ANN001, ANN201 - a SparkSession, a DataFrame

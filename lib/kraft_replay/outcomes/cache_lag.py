@@ -26,21 +26,20 @@ Per sample of bronze ``broker_progress`` (:func:`sample_lag`):
 :func:`cache_lag` then groups the samples per broker and time bucket (``bucket_s``, 1 s by default):
 p50 / p99 (the lower percentile, ``sorted[ceil(p·n) − 1]``, exact) / max of both lags, the last applied
 and log-end offsets, and whether any sample stalled.
-How it runs: one shuffle of the samples (by broker: duplicates, the window for ``applied_since``);
-then each task looks its samples up on numpy (:func:`sample_lookups`) in what was collected once on
-the driver — the cluster's batches (by append time and by last offset:
-``outcomes.steps.log_steps``: 16 bytes per batch in the usual log), its captures, its leader changes
-(76k at 10M records) — where Spark's windows over the union of samples and batches sorted both twice
-and the divergence joined the lagging samples with the changes on offset buckets and back by sample.
-The buckets are aggregated on Arrow batches in the same tasks (:func:`bucket_lags`: one sort per lag,
-where Spark's ``percentile_approx`` kept a quantile sketch per bucket — 7M buckets of one sample at
-10M records). The live stream keeps
+How it runs: one shuffle of the samples (by broker), then one hand-off to Python: each task takes
+its samples at once (:func:`lag_kernel`) — their order by broker and time, ``applied_since``, the
+lookups on numpy (:func:`sample_lookups`) in what was collected once on the driver (the cluster's
+batches by append time and by last offset, ``outcomes.steps.log_steps``: 16 bytes per batch in the
+usual log; its captures; its leader changes, 76k at 10M records; its brokers' registrations) — and
+aggregates the buckets (:func:`bucket_table`: one sort per lag, where Spark's ``percentile_approx``
+kept a quantile sketch per bucket — 7M buckets of one sample at 10M records): :func:`lag_tasks`. The
+live stream keeps
 the same rules in :mod:`kraft_replay.outcomes.live_lag`; tests hold the two equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -48,18 +47,18 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import LongType, StructField, StructType
 
 from kraft_replay.outcomes.lookups import arrow_longs, changes_in, collect_changes
 from kraft_replay.outcomes.steps import NULL, ClusterSteps, arrow_micros, cluster_log_steps, log_steps
-from kraft_replay.replay.broker_applied import BY_BROKER
+from kraft_replay.replay.broker_applied import BY_BROKER, previous, sample_order
+from kraft_replay.replay.schemas import TIMESTAMP
 from kraft_replay.spark import sized_by, tasks_holding
-from kraft_replay.spark.arrow import codes
+from kraft_replay.spark.arrow import codes, per_task
 
-__all__ = ["sample_lag", "batch_steps", "read_batch_steps", "cache_lag", "bucket_lags", "percentile_rank", "write_cache_lag",
-           "committed_end", "sample_captures", "sample_lookups", "CACHE_LAG",
-           "leader_changes", "CACHE_LAG_COLUMNS", "CACHE_LAG_SCHEMA", "TASK_ROWS",
-           "STALL_AFTER_S"]
+__all__ = ["sample_lag", "lag_tasks", "broker_cache_lag", "batch_steps", "read_batch_steps", "cache_lag", "bucket_table", "with_bucket",
+           "percentile_rank", "write_cache_lag", "committed_end", "sample_captures", "sample_lookups", "lag_kernel",
+           "broker_registrations", "registration_at", "CACHE_LAG", "leader_changes", "CACHE_LAG_COLUMNS",
+           "CACHE_LAG_SCHEMA", "SAMPLE_SCHEMA", "TASK_ROWS", "STALL_AFTER_S"]
 
 STALL_AFTER_S = 2.0  # metadata normally applies within milliseconds: seconds without progress while lagging is a stall
 CACHE_LAG_COLUMNS = [
@@ -77,6 +76,12 @@ CACHE_LAG_SCHEMA = pa.schema([
     ("registered", pa.bool_()), ("fenced", pa.bool_()), ("stalled", pa.bool_()), ("image_divergence", pa.int64()),
 ])
 assert CACHE_LAG_SCHEMA.names == CACHE_LAG_COLUMNS
+#: :func:`sample_lag`'s rows: one per sample (a broker's samples at one time count once)
+SAMPLE_SCHEMA = pa.schema([
+    ("cluster_id", pa.string()), ("broker_id", pa.int32()), ("observed_at", TIMESTAMP), ("applied_offset", pa.int64()),
+    ("applied_since", TIMESTAMP), ("log_end_offset", pa.int64()), ("offset_lag", pa.int64()), ("time_lag_ms", pa.int64()),
+    ("stalled", pa.bool_()), ("registered", pa.bool_()), ("fenced", pa.bool_()), ("image_divergence", pa.int64()),
+])
 #: about this many samples per task of :func:`cache_lag` (a task's samples are in Python memory at once)
 TASK_ROWS = 1_000_000
 
@@ -126,18 +131,38 @@ def leader_changes_of(partitions: DataFrame) -> DataFrame:
                     F.coalesce(F.lag("valid_from_offset").over(w), F.lit(-2)).alias("_p"))
 
 
-def _registration(samples: DataFrame, brokers: DataFrame) -> DataFrame:
-    """``samples`` with ``registered`` / ``fenced``: its broker's registration in the image at its
-    ``log_end_offset`` (brokers have few versions: a broadcast range join, each sample matching one
-    version at most)."""
-    v = brokers.select(F.col("cluster_id").alias("_c"), F.col("broker_id").alias("_b"), "valid_from_offset",
-                       "valid_to_offset", "deleted", "fenced")
-    at = F.col("log_end_offset")
-    cond = ((F.col("cluster_id") == F.col("_c")) & (F.col("broker_id") == F.col("_b"))
-            & (F.col("valid_from_offset") <= at) & (F.col("valid_to_offset").isNull() | (at < F.col("valid_to_offset"))))
-    j = samples.join(F.broadcast(v.withColumnRenamed("fenced", "_f")), cond, "left")
-    return j.select(*samples.columns, F.coalesce(~F.col("deleted"), F.lit(False)).alias("registered"),
-                    F.when(~F.col("deleted"), F.col("_f")).alias("fenced"))
+def broker_registrations(brokers: DataFrame) -> dict[tuple[str, int], tuple[np.ndarray, ...]]:
+    """Per (cluster, broker), its visible ``brokers`` versions (few), collected: ``valid_from_offset``
+    (ascending), ``valid_to_offset`` (open: the largest long), ``deleted``, ``fenced`` and whether
+    ``fenced`` is known — what :func:`registration_at` looks up."""
+    vis = F.col("valid_to_offset").isNull() | (F.col("valid_to_offset") > F.col("valid_from_offset"))
+    t = brokers.where(vis).select("cluster_id", "broker_id", "valid_from_offset", "valid_to_offset", "deleted",
+                                  "fenced").toArrow()
+    code, names = codes(t.column("cluster_id"))
+    broker = arrow_longs(t.column("broker_id"))[0]
+    start = arrow_longs(t.column("valid_from_offset"))[0]
+    end = t.column("valid_to_offset").fill_null(np.iinfo(np.int64).max).to_numpy().astype(np.int64)
+    deleted = t.column("deleted").fill_null(True).to_numpy(zero_copy_only=False).astype(bool)
+    fenced, known = arrow_longs(t.column("fenced").cast(pa.int64()))
+    o = np.lexsort((start, broker, code))
+    cut = np.flatnonzero((np.diff(code[o]) != 0) | (np.diff(broker[o]) != 0)) + 1
+    return {(names[code[k[0]]], int(broker[k[0]])): (start[k], end[k], deleted[k], fenced[k].astype(bool), known[k])
+            for k in np.split(o, cut) if len(k) and code[k[0]] >= 0}
+
+
+def registration_at(versions: tuple[np.ndarray, ...] | None, end: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Facts §9.1: a broker's ``registered``, ``fenced`` and whether ``fenced`` is known in the image
+    at each offset of ``end``: its visible version with ``valid_from_offset <= end <
+    valid_to_offset`` (one at most), registered unless deleted (nothing known where there is none)."""
+    if versions is None:
+        none = np.zeros(len(end), bool)
+        return none, none, none
+    start, stop, deleted, fenced, known = versions
+    i = np.searchsorted(start, end, "right") - 1
+    j = np.maximum(i, 0)
+    alive = (i >= 0) & (end < stop[j]) & ~deleted[j]
+    return alive, alive & fenced[j], alive & known[j]
 
 
 def committed_end(end: np.ndarray, t: np.ndarray, captures: tuple[np.ndarray, np.ndarray, np.ndarray] | None
@@ -176,44 +201,87 @@ def sample_captures(status: DataFrame, steps: dict[str, ClusterSteps]
 
 
 def sample_lookups(steps: dict[str, ClusterSteps], captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-                   changes: dict[str, tuple[np.ndarray, np.ndarray]]
-                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Seed 002 / facts §5.1, §9.1: sample rows (``cluster_id``, ``observed_at``, ``applied_offset``)
-    with what each looks up in its cluster's log, in the samples' own tasks on numpy (the cluster's
-    batches as :class:`~kraft_replay.outcomes.steps.ClusterSteps`, its captures and leader changes,
-    collected once and shipped with the function):
+                   changes: dict[str, tuple[np.ndarray, np.ndarray]], cluster: np.ndarray, names: list,
+                   t: np.ndarray, applied: np.ndarray, has_applied: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seed 002 / facts §5.1, §9.1: what samples (cluster codes ``cluster`` of ``names``, times ``t``
+    in µs, ``applied`` offsets) look up in their cluster's log (its batches as
+    :class:`~kraft_replay.outcomes.steps.ClusterSteps`, its captures and leader changes, collected
+    once and shipped to the tasks):
 
     * ``log_end_offset``: the log's end at ``observed_at`` (:meth:`ClusterSteps.log_end_at`; -1 before
       any batch), made the committed end by the captures (:func:`committed_end`);
     * ``_next_us``: the append time of the batch holding ``applied_offset + 1`` — the first batch whose
-      last offset is at or above it (:meth:`ClusterSteps.next_batch_time`; null past the last batch);
+      last offset is at or above it (:meth:`ClusterSteps.next_batch_time`; :data:`NULL` past the last
+      batch or without an applied offset);
     * ``image_divergence``: the partitions whose leader-affecting change in ``(applied_offset,
       log_end_offset]`` is the first after ``applied_offset`` (``changes``: :func:`leader_changes`,
       :func:`~kraft_replay.outcomes.lookups.collect_changes`), counted by
       :func:`~kraft_replay.outcomes.lookups.changes_in`; 0 without a range."""
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            t = _ints(b, "observed_at")
-            applied, has_applied = arrow_longs(b.column("applied_offset"))
-            end = np.full(b.num_rows, -1, np.int64)
-            nxt = np.full(b.num_rows, NULL, np.int64)
-            div = np.zeros(b.num_rows, np.int64)
-            cluster, names = codes(b.column("cluster_id"))
-            for i, c in enumerate(names):
-                mine = np.flatnonzero(cluster == i)
-                cs = steps.get(c)
-                if cs is not None:
-                    end[mine] = cs.log_end_at(t[mine])
-                    nxt[mine] = cs.next_batch_time(applied[mine] + 1)
-                end[mine] = committed_end(end[mine], t[mine], captures.get(c))
-                if c in changes:
-                    ok = mine[has_applied[mine]]
-                    div[ok] = changes_in(*changes[c], applied[ok], end[ok])
-            nxt[~has_applied] = NULL
-            yield (b.append_column("log_end_offset", pa.array(end))
-                   .append_column("_next_us", pa.array(nxt, mask=nxt == NULL))
-                   .append_column("image_divergence", pa.array(div)))
-    return run
+    n = len(t)
+    end = np.full(n, -1, np.int64)
+    nxt = np.full(n, NULL, np.int64)
+    div = np.zeros(n, np.int64)
+    for i, c in enumerate(names):
+        mine = np.flatnonzero(cluster == i)
+        cs = steps.get(c)
+        if cs is not None:
+            end[mine] = cs.log_end_at(t[mine])
+            nxt[mine] = cs.next_batch_time(applied[mine] + 1)
+        end[mine] = committed_end(end[mine], t[mine], captures.get(c))
+        if c in changes:
+            ok = mine[has_applied[mine]]
+            div[ok] = changes_in(*changes[c], applied[ok], end[ok])
+    nxt[~has_applied] = NULL
+    return end, nxt, div
+
+
+def lag_kernel(steps: dict[str, ClusterSteps], captures: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+               changes: dict[str, tuple[np.ndarray, np.ndarray]], registrations: dict[tuple[str, int], tuple],
+               stall_after_s: float = STALL_AFTER_S) -> Callable[[pa.Table], pa.Table]:
+    """Seed 002 / facts §9.1, the module docstring's rules: a function of one task's
+    ``broker_progress`` samples (every sample of each of its brokers) to their :data:`SAMPLE_SCHEMA`
+    rows, on whole columns: the samples in order of broker and time, one per time
+    (:func:`~kraft_replay.replay.broker_applied.sample_order`); ``applied_since``, the time of the
+    latest sample whose applied offset differs from the one before it (or is the broker's first);
+    :func:`sample_lookups`; the lags; ``stalled``; :func:`registration_at` at the log's end."""
+    stall_us = int(stall_after_s * 1_000_000)
+
+    def rows(t: pa.Table) -> pa.Table:
+        keep, first = sample_order(t)
+        t = t.take(pa.array(keep))
+        cluster, names = codes(t.column("cluster_id"))
+        broker = arrow_longs(t.column("broker_id"))[0]
+        us, has_us = arrow_longs(pc.cast(t.column("observed_at"), pa.int64()))
+        applied, has_applied = arrow_longs(t.column("applied_offset"))
+        n = t.num_rows
+        starts = np.flatnonzero(first)
+        prev, has_prev = previous(applied, has_applied, first)
+        moved = (~has_prev | (has_applied & (applied != prev))) & has_us
+        last_moved = np.maximum.accumulate(np.where(moved, np.arange(n), -1))
+        has_since = last_moved >= starts[np.cumsum(first) - 1]
+        since = us[np.maximum(last_moved, 0)]
+        end, nxt, div = sample_lookups(steps, captures, changes, cluster, names, np.where(has_us, us, NULL),
+                                       applied, has_applied)
+        offset_lag = np.where(has_applied, np.maximum(end - applied, 0), 0)
+        lagging = offset_lag > 0
+        timed = lagging & has_us & (nxt != NULL) & (nxt <= us)
+        time_lag = np.where(timed, np.floor((us - np.where(timed, nxt, 0)) / 1000), 0).astype(np.int64)
+        stalled = lagging & has_us & has_since & (us - since >= stall_us)
+        registered = np.zeros(n, bool)
+        fenced = np.zeros(n, bool)
+        known = np.zeros(n, bool)
+        for lo, hi in zip(starts, np.r_[starts[1:], n]):
+            v = registrations.get((names[cluster[lo]], int(broker[lo])))
+            registered[lo:hi], fenced[lo:hi], known[lo:hi] = registration_at(v, end[lo:hi])
+        cols = {"cluster_id": t.column("cluster_id"), "broker_id": t.column("broker_id"),
+                "observed_at": t.column("observed_at"), "applied_offset": t.column("applied_offset"),
+                "applied_since": pa.array(since, pa.int64(), mask=~has_since), "log_end_offset": pa.array(end),
+                "offset_lag": pa.array(offset_lag), "time_lag_ms": pa.array(time_lag), "stalled": pa.array(stalled),
+                "registered": pa.array(registered), "fenced": pa.array(fenced, mask=~known),
+                "image_divergence": pa.array(div)}
+        return pa.table([cols[f.name].cast(f.type) for f in SAMPLE_SCHEMA], schema=SAMPLE_SCHEMA)
+    return rows
 
 
 def batch_steps(batches: DataFrame) -> dict[str, ClusterSteps]:
@@ -236,43 +304,55 @@ def read_batch_steps(lake, clusters: list[str]) -> dict[str, ClusterSteps]:  # n
     return out
 
 
-def sample_lag(progress: DataFrame, batches: DataFrame, brokers: DataFrame, partitions: DataFrame,
+def _by_broker(progress: DataFrame, rows: int | None) -> DataFrame:
+    """The samples shuffled by broker: every sample of a broker in one task (``rows``: the samples,
+    when known: tasks of about :data:`TASK_ROWS` samples; else Spark's adaptive partitions)."""
+    s = progress.select(*_KEY, "observed_at", "applied_offset")
+    return (s.repartition(*BY_BROKER) if rows is None else
+            s.repartition(tasks_holding(progress.sparkSession, rows, TASK_ROWS), *BY_BROKER))
+
+
+def _kernel(batches: DataFrame | None, brokers: DataFrame, partitions: DataFrame, status: DataFrame | None,
+            steps: dict[str, ClusterSteps] | None, stall_after_s: float) -> Callable[[pa.Table], pa.Table]:
+    """:func:`lag_kernel` with what it looks up collected (``steps``: read already, or None: from ``batches``)."""
+    steps = batch_steps(batches) if steps is None else steps
+    return lag_kernel(steps, sample_captures(status, steps) if status is not None else {},
+                      collect_changes(leader_changes(partitions)), broker_registrations(brokers), stall_after_s)
+
+
+def sample_lag(progress: DataFrame, batches: DataFrame | None, brokers: DataFrame, partitions: DataFrame,
                stall_after_s: float = STALL_AFTER_S,
                status: DataFrame | None = None, rows: int | None = None,
                steps: dict[str, ClusterSteps] | None = None) -> DataFrame:
-    """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log (see
-    the module docstring). ``batches``: ``log_batches``; ``brokers`` / ``partitions``: the versions;
-    ``status``: bronze ``quorum_status`` (its high watermarks make the end the committed end:
-    :func:`committed_end`). Collects what the samples look up when called (:func:`sample_lookups`: the
-    batches, the captures, the leader changes of ``partitions``). ``rows``: the samples, when known: the
-    shuffle by broker makes tasks of about :data:`TASK_ROWS` samples (what :func:`cache_lag` holds per
-    task with ``by_broker``); else Spark's adaptive partitions. ``steps``: the batches' steps, read
-    already (:func:`read_batch_steps`); None: collected from ``batches`` (:func:`batch_steps`)."""
-    # one shuffle: the duplicates' grouping and the window are both per broker (a hash of the broker satisfies both)
-    s = progress.select(*_KEY, "observed_at", "applied_offset")
-    s = (s.repartition(*BY_BROKER) if rows is None else
-         s.repartition(tasks_holding(progress.sparkSession, rows, TASK_ROWS), *BY_BROKER))
-    s = s.dropDuplicates([*_KEY, "observed_at"])
-    w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
-    moved = F.lag("applied_offset").over(w).isNull() | (F.lag("applied_offset").over(w) != F.col("applied_offset"))
-    s = s.select("*", F.when(moved, F.col("observed_at")).alias("_moved"))
-    s = s.select(*_KEY, "observed_at", "applied_offset",
-                 F.last("_moved", ignorenulls=True).over(w.rowsBetween(Window.unboundedPreceding, 0)).alias("applied_since"))
-    steps = batch_steps(batches) if steps is None else steps
-    found = StructType([*s.schema.fields, StructField("log_end_offset", LongType()), StructField("_next_us", LongType()),
-                        StructField("image_divergence", LongType())])
-    s = s.mapInArrow(sample_lookups(steps, sample_captures(status, steps) if status is not None else {},
-                                    collect_changes(leader_changes(partitions))), found)
-    offset_lag = F.greatest(F.col("log_end_offset") - F.col("applied_offset"), F.lit(0))
-    obs = _us(F.col("observed_at"))
-    time_lag = F.when((offset_lag > 0) & F.col("_next_us").isNotNull() & (F.col("_next_us") <= obs),
-                      F.floor((obs - F.col("_next_us")) / 1000)).otherwise(F.lit(0)).cast("long")
-    stalled = (offset_lag > 0) & ((obs - _us(F.col("applied_since"))) >= F.lit(int(stall_after_s * 1_000_000)))
-    s = s.select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset",
-                 offset_lag.alias("offset_lag"), time_lag.alias("time_lag_ms"), stalled.alias("stalled"), "image_divergence")
-    return _registration(s, brokers).select(*_KEY, "observed_at", "applied_offset", "applied_since", "log_end_offset",
-                                            "offset_lag", "time_lag_ms", "stalled", "registered", "fenced",
-                                            "image_divergence")
+    """Seed 002 / facts §9.1: per ``broker_progress`` sample, its lag behind the replayed log
+    (:data:`SAMPLE_SCHEMA`; the module docstring's rules, :func:`lag_kernel`). ``batches``:
+    ``log_batches``; ``brokers`` / ``partitions``: the versions; ``status``: bronze ``quorum_status``
+    (its high watermarks make the end the committed end: :func:`committed_end`). Collects what the
+    samples look up when called (the batches' steps, the captures, the leader changes of
+    ``partitions``, the brokers' registrations). ``rows``: the samples, when known (it sizes the
+    tasks). ``steps``: the batches' steps, read already (:func:`read_batch_steps`); None: collected from
+    ``batches`` (:func:`batch_steps`). One shuffle (by broker), one hand-off to Python."""
+    kernel = _kernel(batches, brokers, partitions, status, steps, stall_after_s)
+    return _by_broker(progress, rows).mapInArrow(per_task(kernel), from_arrow_schema(SAMPLE_SCHEMA))
+
+
+def lag_tasks(progress: DataFrame, batches: DataFrame | None, brokers: DataFrame, partitions: DataFrame,
+              bucket_s: float = 1.0, stall_after_s: float = STALL_AFTER_S, status: DataFrame | None = None,
+              rows: int | None = None, steps: dict[str, ClusterSteps] | None = None
+              ) -> tuple[DataFrame, Callable[[pa.Table], pa.Table]]:
+    """Seed 002: ``cache_lag(sample_lag(...), bucket_s)`` as the samples shuffled by broker and the
+    function of a task's samples to its ``cache_lag`` rows — every sample of a broker is in one task,
+    so are its buckets —: one shuffle and one hand-off to Python in all, the per-sample rows never
+    leave the task (:func:`sample_lag`'s arguments)."""
+    kernel = _kernel(batches, brokers, partitions, status, steps, stall_after_s)
+    bucket_us = _bucket_us(bucket_s)
+    return _by_broker(progress, rows), lambda t: bucket_table(with_bucket(kernel(t), bucket_us))
+
+
+def broker_cache_lag(*args, **kwargs) -> DataFrame:  # noqa: ANN002, ANN003 - lag_tasks' arguments
+    """:func:`lag_tasks` as one frame of ``cache_lag`` rows."""
+    frame, rows_of = lag_tasks(*args, **kwargs)
+    return frame.mapInArrow(per_task(rows_of), from_arrow_schema(CACHE_LAG_SCHEMA))
 
 
 def percentile_rank(n, p: float):  # noqa: ANN001, ANN201 - an int or a numpy array of them
@@ -288,16 +368,12 @@ def _ints(t: pa.Table, name: str) -> np.ndarray:
     return c.fill_null(np.iinfo(np.int64).min).to_numpy(zero_copy_only=False)
 
 
-def bucket_lags(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def bucket_table(t: pa.Table) -> pa.Table:
     """Seed 002: one task's sample lags (:func:`sample_lag` rows with ``bucket_start``; every sample of
     a bucket in this task) -> one :data:`CACHE_LAG_COLUMNS` row per broker and bucket: the sample count,
     the last sample's offsets and registration, the p50 / p99 (:func:`percentile_rank`) and max of both
     lags, any stall, the largest image divergence. Whole columns: a sort by (bucket, time) for the
     last sample, one by (bucket, value) per lag."""
-    got = list(batches)
-    if not got:
-        return
-    t = pa.Table.from_batches(got).combine_chunks()
     cluster = codes(t.column("cluster_id"))[0]
     broker, bucket, observed = (_ints(t, c) for c in ("broker_id", "bucket_start", "observed_at"))
     order = np.lexsort((observed, bucket, broker, cluster))
@@ -322,24 +398,33 @@ def bucket_lags(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out[f"{lag}_max"] = pa.array(v[last])
     out["stalled"] = pa.array(np.maximum.reduceat(_ints(t, "stalled")[order], first).astype(bool))
     out["image_divergence"] = pa.array(np.maximum.reduceat(_ints(t, "image_divergence")[order], first))
-    yield from pa.table([out[f.name].cast(f.type) for f in CACHE_LAG_SCHEMA], schema=CACHE_LAG_SCHEMA).to_batches(1 << 16)
+    return pa.table([out[f.name].cast(f.type) for f in CACHE_LAG_SCHEMA], schema=CACHE_LAG_SCHEMA)
 
 
-def cache_lag(samples: DataFrame, bucket_s: float = 1.0, rows: int | None = None, by_broker: bool = False) -> DataFrame:
+def _bucket_us(bucket_s: float) -> int:
+    return int(bucket_s * 1_000_000)
+
+
+def with_bucket(t: pa.Table, bucket_us: int) -> pa.Table:
+    """``t`` with ``bucket_start``: ``observed_at`` floored to a multiple of ``bucket_us`` µs (the
+    division in floating point, as Spark's ``floor`` of a long over an int computes it)."""
+    us, ok = arrow_longs(pc.cast(t.column("observed_at"), pa.int64()))
+    b = (np.floor(us / bucket_us) * bucket_us).astype(np.int64)
+    return t.append_column("bucket_start", pa.array(b, pa.int64(), mask=~ok).cast(TIMESTAMP))
+
+
+def cache_lag(samples: DataFrame, bucket_s: float = 1.0, rows: int | None = None) -> DataFrame:
     """Seed 002: the per-sample lags (:func:`sample_lag`) per broker and time bucket of ``bucket_s``
-    seconds (:func:`bucket_lags`, on Arrow batches: one shuffle by broker and bucket). ``rows``: how
+    seconds (:func:`bucket_table`, on Arrow batches: one shuffle by broker and bucket). ``rows``: how
     many samples, when known (it sizes the tasks, :data:`TASK_ROWS` samples each; else counted).
-    ``by_broker``: every sample of a broker is in one task already — :func:`sample_lag`'s frame itself,
-    not a checkpoint of it (its shuffle is by broker, and nothing after it moves a row) —: the buckets
-    are aggregated in those tasks, with no shuffle (``rows`` is not needed)."""
-    us = int(bucket_s * 1_000_000)
+    :func:`broker_cache_lag` computes the same from the samples, in their own tasks."""
+    us = _bucket_us(bucket_s)
     b = F.timestamp_micros((F.floor(_us(F.col("observed_at")) / us) * us).cast("long")).alias("bucket_start")
     s = samples.select(*_KEY, b, "observed_at", "applied_offset", "log_end_offset", "offset_lag", "time_lag_ms",
                        "registered", "fenced", "stalled", "image_divergence")
-    if not by_broker:
-        n = samples.count() if rows is None else rows
-        s = s.repartition(tasks_holding(samples.sparkSession, n, TASK_ROWS), *BY_BROKER, "bucket_start")
-    return s.mapInArrow(bucket_lags, from_arrow_schema(CACHE_LAG_SCHEMA))
+    n = samples.count() if rows is None else rows
+    s = s.repartition(tasks_holding(samples.sparkSession, n, TASK_ROWS), *BY_BROKER, "bucket_start")
+    return s.mapInArrow(per_task(bucket_table), from_arrow_schema(CACHE_LAG_SCHEMA))
 
 
 CACHE_LAG = "cache_lag"
@@ -368,8 +453,8 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     steps = read_batch_steps(lake, clusters)
     batch_rows = sum(len(s.end_time) for s in steps.values())
     with sized_by(progress.sparkSession, (samples, batch_rows)):  # a few thousand samples: no generated code
-        lags = sample_lag(progress, batches, brokers, partitions, status=status, rows=samples, steps=steps)
-        out = cache_lag(lags, bucket_s, by_broker=True)  # computed by the write itself, read once
-    r = lake.replace_published(CACHE_LAG, out, where, "cache-lag-" + uuid.uuid4().hex[:12], partition_by=["cluster_id"])
+        frame, rows_of = lag_tasks(progress, batches, brokers, partitions, bucket_s, status=status, rows=samples, steps=steps)
+        r = lake.replace_published(CACHE_LAG, frame, where, "cache-lag-" + uuid.uuid4().hex[:12],
+                                   schema=from_arrow_schema(CACHE_LAG_SCHEMA), partition_by=["cluster_id"], rows_of=rows_of)
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")
     return r.rows

@@ -14,19 +14,26 @@ offset stayed the same (consecutive samples with one offset merged, ``samples`` 
   long ``APPLIED`` interval with many samples; ``cache_lag`` says whether the log moved meanwhile.
 * The last interval of a broker is open (``to_time`` null): its offset is the latest known.
 
-Window functions over (cluster, broker) ordered by ``observed_at``, one sort: each run's figures are
-carried from its first row to its last, which is kept (no aggregate of the runs, no second ordering);
-no Python per row.
+One shuffle of the samples by broker, then each task draws its brokers' intervals on numpy
+(:func:`applied_intervals`: one sort of the task's samples by broker and time, whole columns, no
+Python per row). The median is the lower median, ``sorted[ceil(n/2) - 1]`` of the broker's n sample
+intervals, exact at any size.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+from functools import partial
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.replay.schemas import BROKER_APPLIED_SCHEMA
+from kraft_replay.spark.arrow import codes, per_task
 
-__all__ = ["broker_applied", "BROKER_APPLIED_COLUMNS", "BY_BROKER", "GAP_FACTOR"]
+__all__ = ["broker_applied", "applied_intervals", "samples_by_broker", "sample_order", "previous", "BROKER_APPLIED_COLUMNS", "BY_BROKER", "GAP_FACTOR"]
 
 GAP_FACTOR = 3.0
 BROKER_APPLIED_COLUMNS = BROKER_APPLIED_SCHEMA.names
@@ -37,46 +44,108 @@ BY_BROKER = ["broker_id", "cluster_id"]
 
 
 def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataFrame:
-    """Facts §9.1 / §5.1: the ``broker_applied`` intervals of bronze ``broker_progress`` samples."""
-    # one shuffle: every later step is per broker (a hash of the broker satisfies each grouping and window)
-    p = (progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").repartition(*BY_BROKER)
-         .dropDuplicates([*_KEY, "observed_at"]))
-    w = Window.partitionBy(*BY_BROKER).orderBy("observed_at")
-    ms = F.unix_micros("observed_at")
-    p = p.select("*", ms.alias("_us"), (ms - F.lag(ms).over(w)).alias("_gap_us"),
-                 F.lag("applied_offset").over(w).alias("_prev_off"))
-    # the broker's median interval over its whole window: the rows are read once, not joined back
-    p = p.select("*", F.percentile_approx("_gap_us", 0.5, 10000).over(Window.partitionBy(*BY_BROKER)).alias("_med_us"))
-    gap = F.col("_gap_us").isNotNull() & F.col("_med_us").isNotNull() & (F.col("_gap_us") > F.col("_med_us") * gap_factor)
-    new_run = F.coalesce(F.col("_prev_off").isNull() | (F.col("applied_offset") != F.col("_prev_off")) | gap, F.lit(False))
-    p = p.select("*", gap.alias("_gap_before"), new_run.alias("_new"), F.row_number().over(w).alias("_n"))
-    # each run's figures in the same ordering (no aggregate, no second sort): its first row's carried
-    # down to every row of the run, and its last row kept, with the next row (the next run's first)
-    run = w.rowsBetween(Window.unboundedPreceding, 0)
-    first = F.last(F.when(F.col("_new"), F.struct(F.col("_us").alias("us"), F.col("applied_offset").alias("off"),
-                                                 F.col("_gap_before").alias("gap"), F.col("_prev_off").alias("prev"),
-                                                 F.col("_n").alias("n"))), ignorenulls=True).over(run)
-    p = p.select("*", first.alias("_first"),
-                 F.coalesce(F.lead("_new").over(w), F.lit(True)).alias("_last"),
-                 F.lead("_us").over(w).alias("_next_us"), F.lead("_gap_before").over(w).alias("_gap_after"))
-    runs = p.where(F.col("_last")).select(
-        *_KEY, F.col("_first.us").alias("_first_us"), F.col("_us").alias("_last_us"),
-        F.col("_first.off").alias("applied_offset"), "applied_record_time",
-        (F.col("_n") - F.col("_first.n") + 1).alias("samples"), F.col("_first.gap").alias("_gap_before"), "_med_us",
-        "_next_us", "_gap_after", F.col("_first.prev").alias("_prev_run_off"))
-    end_us = F.when(F.col("_gap_after"), F.col("_last_us") + F.col("_med_us")).otherwise(F.col("_next_us"))
-    ts = lambda c: F.timestamp_micros(c.cast("long"))  # noqa: E731
-    applied = F.struct(
-        ts(F.col("_first_us")).alias("from_time"), ts(end_us).alias("to_time"), F.lit("APPLIED").alias("state"),
-        F.col("applied_offset"), F.col("applied_record_time"), F.col("samples").cast("long").alias("samples"),
-        (F.coalesce(F.col("_gap_before"), F.lit(False))
-         | F.coalesce(F.col("applied_offset") < F.col("_prev_run_off"), F.lit(False))).alias("restarted"))
-    gap = F.struct(
-        ts(F.col("_last_us") + F.col("_med_us")).alias("from_time"), ts(F.col("_next_us")).alias("to_time"),
-        F.lit("NO_SAMPLES").alias("state"), F.lit(None).cast("long").alias("applied_offset"),
-        F.lit(None).cast("timestamp").alias("applied_record_time"), F.lit(0).cast("long").alias("samples"),
-        F.lit(False).alias("restarted"))
-    # each run gives its interval and, before a gap, the NO_SAMPLES one (one pass, not a union of two)
-    rows = F.when(F.col("_gap_after"), F.array(applied, gap)).otherwise(F.array(applied))
-    out = runs.select(*_KEY, F.explode(rows).alias("_i"))
-    return out.select(*_KEY, "_i.*").select(*BROKER_APPLIED_COLUMNS)
+    """Facts §9.1 / §5.1: the ``broker_applied`` intervals of bronze ``broker_progress`` samples
+    (one shuffle by broker: every sample of a broker in one task, :func:`applied_intervals`)."""
+    return samples_by_broker(progress).mapInArrow(per_task(partial(applied_intervals, gap_factor=gap_factor)),
+                                                  from_arrow_schema(BROKER_APPLIED_SCHEMA))
+
+
+def samples_by_broker(progress: DataFrame) -> DataFrame:
+    """The samples :func:`applied_intervals` reads, shuffled by broker (every sample of a broker in one task)."""
+    return progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").repartition(*BY_BROKER)
+
+
+def _longs(t: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Column ``name`` as int64 (times: µs) and its validity."""
+    c = pc.cast(t.column(name), pa.int64())
+    return c.fill_null(0).to_numpy(zero_copy_only=False), c.is_valid().to_numpy(zero_copy_only=False)
+
+
+def sample_order(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``t`` (``broker_progress`` samples: ``cluster_id``, ``broker_id``, ``observed_at``)
+    in order of cluster, broker and time (a null time first), a sample of a broker at a time it was
+    sampled already left out (the first met is kept: the sort is stable); and where each broker's
+    samples start in that order (a mask)."""
+    cluster = codes(t.column("cluster_id"))[0]
+    broker, has_broker = _longs(t, "broker_id")
+    broker = np.where(has_broker, broker, np.iinfo(np.int64).min)  # below any int32 id
+    us, has_us = _longs(t, "observed_at")
+    order = np.lexsort((us, has_us, broker, cluster))
+    cluster, broker, us, has_us = cluster[order], broker[order], us[order], has_us[order]
+    first = np.ones(len(order), bool)
+    first[1:] = (cluster[1:] != cluster[:-1]) | (broker[1:] != broker[:-1])
+    dup = np.zeros(len(order), bool)
+    dup[1:] = ~first[1:] & (has_us[1:] == has_us[:-1]) & (~has_us[1:] | (us[1:] == us[:-1]))
+    return order[~dup], first[~dup]
+
+
+def previous(values: np.ndarray, valid: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's previous value within its broker's rows (``first``: where they start) and whether
+    there is one (not at a broker's first row, nor after a null)."""
+    prev = np.empty_like(values)
+    prev[:1] = 0
+    prev[1:] = values[:-1]
+    has = ~first
+    has[1:] &= valid[:-1]
+    return prev, has
+
+
+def applied_intervals(t: pa.Table, gap_factor: float = GAP_FACTOR) -> pa.Table:
+    """Facts §9.1 / §5.1 (the module docstring's rules): one task's ``broker_progress`` samples — every
+    sample of each of its brokers — as ``broker_applied`` rows. Samples of a broker at one time count
+    once (the first met); a null time sorts first and has no interval on either side; a null offset
+    continues the run before it."""
+    if not t.num_rows:
+        return BROKER_APPLIED_SCHEMA.empty_table()
+    keep, first = sample_order(t)
+    us, has_us = (a[keep] for a in _longs(t, "observed_at"))
+    off, has_off = _longs(t, "applied_offset")
+    off, has_off = off[keep], has_off[keep]
+    n = len(keep)
+    group = np.cumsum(first) - 1
+    # each sample's interval since the one before (null at a broker's first, or next to a null time)
+    gap_us, has_gap = previous(us, has_us, first)
+    gap_us, has_gap = us - gap_us, has_gap & has_us
+    # the broker's lower median interval: its gaps sorted, the ceil(k/2)-th
+    g_gaps, v_gaps = group[has_gap], gap_us[has_gap]
+    sorted_gaps = v_gaps[np.lexsort((v_gaps, g_gaps))]
+    k = np.bincount(g_gaps, minlength=int(group[-1]) + 1)
+    at = np.cumsum(k) - k + np.maximum(np.ceil(0.5 * k).astype(np.int64), 1) - 1
+    med = sorted_gaps[np.minimum(at, len(sorted_gaps) - 1)][group] if len(sorted_gaps) else np.zeros(n, np.int64)
+    gap = has_gap & (k > 0)[group] & (gap_us.astype(np.float64) > med.astype(np.float64) * gap_factor)
+    # a run starts at a broker's first sample, after a null offset, at another offset, or after a gap
+    prev_off, has_prev = previous(off, has_off, first)
+    new = ~has_prev | gap | (has_off & (off != prev_off))
+    run_first = np.flatnonzero(new)
+    run_last = np.r_[run_first[1:], n] - 1
+    nxt = run_last + 1  # the next run's first sample, when it is the same broker's
+    follows = nxt < n
+    follows[follows] = ~first[nxt[follows]]
+    nxt = np.minimum(nxt, n - 1)
+    gap_after = follows & gap[nxt]
+    m = med[run_first]
+    end_us = np.where(gap_after, us[run_last] + m, us[nxt])
+    end_ok = np.where(gap_after, has_us[run_last], follows & has_us[nxt])
+    restarted = gap[run_first] | (has_prev[run_first] & has_off[run_first] & (off[run_first] < prev_off[run_first]))
+    rows = keep[run_first]
+    applied = {
+        "cluster_id": t.column("cluster_id").take(rows), "broker_id": t.column("broker_id").take(rows),
+        "from_time": pa.array(us[run_first], pa.int64(), mask=~has_us[run_first]),
+        "to_time": pa.array(end_us, pa.int64(), mask=~end_ok),
+        "state": pa.array(np.full(len(rows), "APPLIED", object), pa.string()),
+        "applied_offset": pa.array(off[run_first], pa.int64(), mask=~has_off[run_first]),
+        "applied_record_time": pc.cast(t.column("applied_record_time").take(keep[run_last]), pa.int64()),
+        "samples": pa.array(run_last - run_first + 1, pa.int64()),
+        "restarted": pa.array(restarted),
+    }
+    g = np.flatnonzero(gap_after)  # the NO_SAMPLES interval of each gap
+    down = {
+        "cluster_id": t.column("cluster_id").take(rows[g]), "broker_id": t.column("broker_id").take(rows[g]),
+        "from_time": pa.array(end_us[g], pa.int64(), mask=~end_ok[g]),
+        "to_time": pa.array(us[nxt[g]], pa.int64()),
+        "state": pa.array(np.full(len(g), "NO_SAMPLES", object), pa.string()),
+        "applied_offset": pa.nulls(len(g), pa.int64()), "applied_record_time": pa.nulls(len(g), pa.int64()),
+        "samples": pa.array(np.zeros(len(g), np.int64)), "restarted": pa.array(np.zeros(len(g), bool)),
+    }
+    out = pa.concat_tables([pa.table(applied), pa.table(down)]).combine_chunks()
+    return pa.table([out.column(f.name).cast(f.type) for f in BROKER_APPLIED_SCHEMA], schema=BROKER_APPLIED_SCHEMA)

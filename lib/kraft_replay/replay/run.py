@@ -28,7 +28,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.replay.engine import ReplayTables, cut, replay_tables
 from kraft_replay.replay.images import image_snapshots
-from kraft_replay.replay.broker_applied import broker_applied
+from kraft_replay.replay.broker_applied import applied_intervals, samples_by_broker
 from kraft_replay.replay.schemas import (
     BROKER_APPLIED, BROKER_APPLIED_SCHEMA, IMAGE_SNAPSHOTS, IMAGE_SNAPSHOTS_SCHEMA, SILVER_TABLES, VERSIONED_TABLES,
 )
@@ -270,7 +270,8 @@ def _write_increment(spark: SparkSession, lake, done, run_id: str, summary: Repl
 def _write_broker_applied(lake, where: str):  # noqa: ANN001, ANN202 - a Lake, a CommitResult
     """Inside a replay's run: ``broker_applied`` of the clusters in ``where`` from ``broker_progress``."""
     lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
-    return lake.overwrite(BROKER_APPLIED, broker_applied(lake.read(PROGRESS, where=where)), replace_where=where)
+    return lake.overwrite_from_tasks(BROKER_APPLIED, samples_by_broker(lake.read(PROGRESS, where=where)), applied_intervals,
+                                     replace_where=where)
 
 
 def _write_progress(spark: SparkSession, lake, run_id: str, plans: list, through: dict[str, int | None],  # noqa: ANN001
@@ -386,8 +387,8 @@ def run_broker_applied(spark: SparkSession, lake, clusters: Sequence[str],  # no
     if not lake.exists(PROGRESS):
         return 0
     where = cluster_where(sorted(set(clusters)))
-    r = lake.replace_published(BROKER_APPLIED, broker_applied(lake.read(PROGRESS, where=where)), where,
-                               "broker-applied-" + uuid.uuid4().hex[:12],
-                               schema=from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
+    r = lake.replace_published(BROKER_APPLIED, samples_by_broker(lake.read(PROGRESS, where=where)), where,
+                               "broker-applied-" + uuid.uuid4().hex[:12], schema=from_arrow_schema(BROKER_APPLIED_SCHEMA),
+                               partition_by=["cluster_id"], rows_of=applied_intervals)
     say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version})")
     return r.rows

@@ -1,13 +1,16 @@
 """Arrow helpers for ``mapInArrow`` functions (know nothing of Kafka): the flat DDL schemas their
-frames are declared with, as (name, type) pairs and as Arrow schemas, and dictionary codes."""
+frames are declared with, as (name, type) pairs and as Arrow schemas, dictionary codes, and a
+function of a task's rows at once made a ``mapInArrow`` function."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ddl_fields", "arrow_schema", "codes"]
+__all__ = ["ddl_fields", "arrow_schema", "codes", "per_task"]
 
 _BASE = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
 
@@ -28,3 +31,12 @@ def codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
     """Dictionary codes of a string column (-1: null) and the dictionary."""
     d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
     return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), d.dictionary.to_pylist()
+
+
+def per_task(f: Callable[[pa.Table], pa.Table]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``f`` of a task's rows at once (one table), for ``mapInArrow``; nothing for a task without rows."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = list(batches)
+        if got:
+            yield from f(pa.Table.from_batches(got).combine_chunks()).to_batches(1 << 16)
+    return run
