@@ -158,11 +158,26 @@ def _replayed_tiny_master(spark, tiny_generated, tmp_path_factory) -> Path:  # n
     from kraft_replay.replay import run_replay
 
     def build(root: Path) -> dict:
+        import pyarrow.parquet as pq
+
         shutil.copytree(tiny_generated.lake_dir, root / "lake")
-        run_replay(spark, Lake(str(root / "lake"), spark, backend="deltars"), say=lambda _: None)
+        summary = run_replay(spark, Lake(str(root / "lake"), spark, backend="deltars"), say=lambda _: None)
+        pq.write_table(summary.leader_changes, root / LEADER_CHANGES)  # what `kraft-replay replay` hands cache_lag
         return {}
 
     return shared_once(tmp_path_factory, "replayed-tiny", build)[0] / "lake"
+
+
+#: beside the replayed tiny lake: the leader changes its replay found (``ReplaySummary.leader_changes``)
+LEADER_CHANGES = "leader_changes.parquet"
+
+
+@pytest.fixture(scope="session")
+def tiny_leader_changes(spark, tiny_generated, tmp_path_factory):  # noqa: ANN201 - a pyarrow Table
+    """The leader changes the tiny cluster's replay found (``ReplaySummary.leader_changes``)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(_replayed_tiny_master(spark, tiny_generated, tmp_path_factory).parent / LEADER_CHANGES)
 
 
 @pytest.fixture(scope="session")
@@ -189,6 +204,8 @@ def gold_tiny_run(spark, tiny_generated, tmp_path_factory) -> GoldRun:
     ``replayed_tiny``)."""
     import shutil
 
+    import pyarrow.parquet as pq
+
     from kraft_replay.lake import Lake
     from kraft_replay.outcomes.cache_lag import write_cache_lag
 
@@ -200,7 +217,8 @@ def gold_tiny_run(spark, tiny_generated, tmp_path_factory) -> GoldRun:
         proc = run_cli_here(["--profile", "test", "outcomes", "--lake", lake.root])
         assert proc.returncode == 0, proc.stderr[-3000:]
         clusters = [r.cluster_id for r in lake.read("log_commit").select("cluster_id").distinct().collect()]
-        write_cache_lag(lake, clusters, say=lambda _: None)
+        # as `kraft-replay replay` writes it: with the leader changes its replay found
+        write_cache_lag(lake, clusters, say=lambda _: None, changes=pq.read_table(master.parent / LEADER_CHANGES))
         return {"outcomes_stdout": proc.stdout}
 
     root, made = shared_once(tmp_path_factory, "gold-tiny", build)

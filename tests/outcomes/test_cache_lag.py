@@ -144,6 +144,26 @@ def test_leader_changes_over_the_candidates_equal_those_over_every_version(spark
     assert lake.read("partitions").count() > leader_candidates(lake.read("partitions")).count() > 0
 
 
+def test_leader_changes_the_replay_found_equal_those_of_the_written_table(lake, tiny_leader_changes) -> None:
+    """``kraft-replay replay`` hands ``cache_lag`` the leader changes its partition tasks found
+    (``ReplaySummary.leader_changes``) instead of finding them in every written version: the same
+    rows as :func:`leader_changes` of the ``partitions`` table, and ``write_cache_lag`` with them
+    writes what it writes without (tests/outcomes/test_live_lag.py holds the gold lake's, written
+    with them, equal to the live path's)."""
+    from kraft_replay.outcomes.cache_lag import CACHE_LAG, leader_changes, write_cache_lag
+
+    cols = ["cluster_id", "topic_id", "partition_id", "_v", "_p"]
+    want = sorted(tuple(r) for r in leader_changes(lake.read("partitions")).select(*cols).collect())
+    got = sorted(tuple(r.values()) for r in tiny_leader_changes.select(cols).to_pylist())
+    assert len(got) > 100 and any(r[4] >= 0 for r in got) and got == want
+    clusters = sorted({r[0] for r in got})
+    write_cache_lag(lake, clusters)
+    without = lake.read(CACHE_LAG).localCheckpoint()
+    write_cache_lag(lake, clusters, changes=tiny_leader_changes)
+    assert without.agg(F.max("image_divergence")).first()[0] > 0
+    assert_df_equality(lake.read(CACHE_LAG), without, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_buckets_in_the_samples_own_tasks_equal_those_after_a_shuffle(spark, lake) -> None:
     """``broker_cache_lag`` aggregates the buckets in the samples' own tasks (every sample of a broker
     in one of them). With five shuffle partitions kept apart (the brokers spread over several tasks),

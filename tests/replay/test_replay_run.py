@@ -88,6 +88,20 @@ def test_run_replay_writes_every_silver_table(replayed) -> None:
     assert any(line.startswith("  partitions: ") for line in lines)  # progress lines
 
 
+def test_leader_changes_found_by_the_replay_equal_those_of_the_written_table(replayed) -> None:
+    """The partitions' tasks pick the leader-affecting changes among the versions they write
+    (``ReplaySummary.leader_changes``, what ``cache_lag`` reads instead of every version): those
+    ``cache_lag.leader_changes`` finds in the table, on clusters with a snapshot loaded at a gap,
+    divergent copies, a transaction and a log starting mid-stream."""
+    from kraft_replay.outcomes.cache_lag import leader_changes
+
+    lake, summary, _, _ = replayed
+    cols = ["cluster_id", "topic_id", "partition_id", "_v", "_p"]
+    want = sorted(tuple(r) for r in leader_changes(lake.read("partitions")).select(*cols).collect())
+    got = sorted(tuple(r.values()) for r in summary.leader_changes.select(cols).to_pylist())
+    assert len({r[0] for r in got}) == len(CLUSTERS) and got == want
+
+
 def test_broker_applied_from_the_progress_of_replayed_clusters(replayed) -> None:
     from kraft_replay.replay.broker_applied import broker_applied
 

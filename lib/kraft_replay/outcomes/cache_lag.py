@@ -48,7 +48,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from kraft_replay.outcomes.lookups import arrow_longs, changes_in, collect_changes
+from kraft_replay.outcomes.lookups import arrow_longs, changes_by_cluster, changes_in, collect_changes
 from kraft_replay.outcomes.steps import NULL, ClusterSteps, arrow_micros, cluster_log_steps, log_steps
 from kraft_replay.replay.broker_applied import BY_BROKER, previous, sample_order
 from kraft_replay.replay.schemas import TIMESTAMP
@@ -313,11 +313,14 @@ def _by_broker(progress: DataFrame, rows: int | None) -> DataFrame:
 
 
 def _kernel(batches: DataFrame | None, brokers: DataFrame, partitions: DataFrame, status: DataFrame | None,
-            steps: dict[str, ClusterSteps] | None, stall_after_s: float) -> Callable[[pa.Table], pa.Table]:
-    """:func:`lag_kernel` with what it looks up collected (``steps``: read already, or None: from ``batches``)."""
+            steps: dict[str, ClusterSteps] | None, stall_after_s: float, changes: pa.Table | None = None
+            ) -> Callable[[pa.Table], pa.Table]:
+    """:func:`lag_kernel` with what it looks up collected (``steps``: read already, or None: from
+    ``batches``; ``changes``: the clusters' leader changes found already, or None: from ``partitions``)."""
     steps = batch_steps(batches) if steps is None else steps
-    return lag_kernel(steps, sample_captures(status, steps) if status is not None else {},
-                      collect_changes(leader_changes(partitions)), broker_registrations(brokers), stall_after_s)
+    found = collect_changes(leader_changes(partitions)) if changes is None else changes_by_cluster(changes)
+    return lag_kernel(steps, sample_captures(status, steps) if status is not None else {}, found,
+                      broker_registrations(brokers), stall_after_s)
 
 
 def sample_lag(progress: DataFrame, batches: DataFrame | None, brokers: DataFrame, partitions: DataFrame,
@@ -338,13 +341,14 @@ def sample_lag(progress: DataFrame, batches: DataFrame | None, brokers: DataFram
 
 def lag_tasks(progress: DataFrame, batches: DataFrame | None, brokers: DataFrame, partitions: DataFrame,
               bucket_s: float = 1.0, stall_after_s: float = STALL_AFTER_S, status: DataFrame | None = None,
-              rows: int | None = None, steps: dict[str, ClusterSteps] | None = None
+              rows: int | None = None, steps: dict[str, ClusterSteps] | None = None, changes: pa.Table | None = None
               ) -> tuple[DataFrame, Callable[[pa.Table], pa.Table]]:
     """Seed 002: ``cache_lag(sample_lag(...), bucket_s)`` as the samples shuffled by broker and the
     function of a task's samples to its ``cache_lag`` rows — every sample of a broker is in one task,
     so are its buckets —: one shuffle and one hand-off to Python in all, the per-sample rows never
-    leave the task (:func:`sample_lag`'s arguments)."""
-    kernel = _kernel(batches, brokers, partitions, status, steps, stall_after_s)
+    leave the task (:func:`sample_lag`'s arguments; ``changes``: the clusters' :func:`leader_changes`,
+    found already — by the replay's tasks, ``ReplaySummary.leader_changes`` —, or None)."""
+    kernel = _kernel(batches, brokers, partitions, status, steps, stall_after_s, changes)
     bucket_us = _bucket_us(bucket_s)
     return _by_broker(progress, rows), lambda t: bucket_table(with_bucket(kernel(t), bucket_us))
 
@@ -430,12 +434,15 @@ def cache_lag(samples: DataFrame, bucket_s: float = 1.0, rows: int | None = None
 CACHE_LAG = "cache_lag"
 
 
-def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: float = 1.0) -> int:  # noqa: ANN001
+def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: float = 1.0,  # noqa: ANN001
+                    changes: pa.Table | None = None) -> int:
     """Compute ``cache_lag`` for ``clusters`` from the lake's ``broker_progress`` and silver tables and
     replace those clusters' rows in one published run. Returns the rows written (0, and nothing
     written, when the lake has no ``broker_progress``, or no sample of these clusters while
     ``cache_lag`` has no row of them either: the run would replace nothing with nothing — what
-    every stream micro-batch of a cluster without metrics would otherwise pay for)."""
+    every stream micro-batch of a cluster without metrics would otherwise pay for). ``changes``: the
+    leader changes of every one of ``clusters``, found by the replay that wrote their partitions
+    (``ReplaySummary.leader_changes``); None: found in the ``partitions`` table."""
     import uuid
 
     from kraft_replay.replay.run import cluster_where
@@ -453,7 +460,8 @@ def write_cache_lag(lake, clusters: list[str], say=lambda s: None, bucket_s: flo
     steps = read_batch_steps(lake, clusters)
     batch_rows = sum(len(s.end_time) for s in steps.values())
     with sized_by(progress.sparkSession, (samples, batch_rows)):  # a few thousand samples: no generated code
-        frame, rows_of = lag_tasks(progress, batches, brokers, partitions, bucket_s, status=status, rows=samples, steps=steps)
+        frame, rows_of = lag_tasks(progress, batches, brokers, partitions, bucket_s, status=status, rows=samples, steps=steps,
+                                   changes=changes)
         r = lake.replace_published(CACHE_LAG, frame, where, "cache-lag-" + uuid.uuid4().hex[:12],
                                    schema=from_arrow_schema(CACHE_LAG_SCHEMA), partition_by=["cluster_id"], rows_of=rows_of)
     say(f"  {CACHE_LAG}: {r.rows} rows (v{r.version}; {bucket_s:g} s buckets)")

@@ -15,9 +15,10 @@ from pyspark.sql import functions as F
 
 from kraft_replay.outcomes.steps import _groups
 from kraft_replay.spark.arrow import codes
+from kraft_replay.spark.arrow import longs as arrow_longs
 
 __all__ = ["applied_at", "log_end_at", "known_brokers", "log_span", "with_known_and_span", "outside_log",
-           "batch_time_at", "entity_changes", "count_changes", "collect_changes", "changes_in", "arrow_longs", "PAIRS"]
+           "batch_time_at", "entity_changes", "count_changes", "collect_changes", "changes_by_cluster", "changes_in", "arrow_longs", "PAIRS"]
 
 _K = "_lk_kind"  # 0: looked-up row, 1: request row
 _POS = "_lk_pos"
@@ -167,7 +168,12 @@ def collect_changes(changes: DataFrame) -> dict[str, tuple[np.ndarray, np.ndarra
     """``changes`` (``cluster_id``, ``_v``, ``_p``: :func:`entity_changes` or the like, few next to the
     rows counting them) on the driver, per cluster: ``_v`` sorted and ``_p`` in the same order, what
     :func:`changes_in` counts in."""
-    t = changes.select("cluster_id", "_v", "_p").toArrow()
+    return changes_by_cluster(changes.select("cluster_id", "_v", "_p").toArrow())
+
+
+def changes_by_cluster(t: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """:func:`collect_changes` of changes on the driver already (an Arrow table with ``cluster_id``,
+    ``_v``, ``_p``)."""
     code, names = codes(t.column("cluster_id"))
     v = t.column("_v").to_numpy().astype(np.int64)
     p = t.column("_p").to_numpy().astype(np.int64)
@@ -198,9 +204,3 @@ def changes_in(v: np.ndarray, p: np.ndarray, lo: np.ndarray, hi: np.ndarray, pai
         out[r] = np.add.reduceat(ok.astype(np.int64), starts)
         done = stop
     return out
-
-
-def arrow_longs(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A long column as (values, valid): nulls read 0 and are not valid."""
-    valid = col.is_valid().to_numpy(zero_copy_only=False).astype(bool)
-    return col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.replay.schemas import BROKER_APPLIED_SCHEMA
-from kraft_replay.spark.arrow import codes, per_task
+from kraft_replay.spark.arrow import codes, longs, per_task
 
 __all__ = ["broker_applied", "applied_intervals", "samples_by_broker", "sample_order", "previous", "BROKER_APPLIED_COLUMNS", "BY_BROKER", "GAP_FACTOR"]
 
@@ -55,21 +55,15 @@ def samples_by_broker(progress: DataFrame) -> DataFrame:
     return progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").repartition(*BY_BROKER)
 
 
-def _longs(t: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Column ``name`` as int64 (times: µs) and its validity."""
-    c = pc.cast(t.column(name), pa.int64())
-    return c.fill_null(0).to_numpy(zero_copy_only=False), c.is_valid().to_numpy(zero_copy_only=False)
-
-
 def sample_order(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """The rows of ``t`` (``broker_progress`` samples: ``cluster_id``, ``broker_id``, ``observed_at``)
     in order of cluster, broker and time (a null time first), a sample of a broker at a time it was
     sampled already left out (the first met is kept: the sort is stable); and where each broker's
     samples start in that order (a mask)."""
     cluster = codes(t.column("cluster_id"))[0]
-    broker, has_broker = _longs(t, "broker_id")
+    broker, has_broker = longs(t.column("broker_id"))
     broker = np.where(has_broker, broker, np.iinfo(np.int64).min)  # below any int32 id
-    us, has_us = _longs(t, "observed_at")
+    us, has_us = longs(t.column("observed_at"))
     order = np.lexsort((us, has_us, broker, cluster))
     cluster, broker, us, has_us = cluster[order], broker[order], us[order], has_us[order]
     first = np.ones(len(order), bool)
@@ -98,8 +92,8 @@ def applied_intervals(t: pa.Table, gap_factor: float = GAP_FACTOR) -> pa.Table:
     if not t.num_rows:
         return BROKER_APPLIED_SCHEMA.empty_table()
     keep, first = sample_order(t)
-    us, has_us = (a[keep] for a in _longs(t, "observed_at"))
-    off, has_off = _longs(t, "applied_offset")
+    us, has_us = (a[keep] for a in longs(t.column("observed_at")))
+    off, has_off = longs(t.column("applied_offset"))
     off, has_off = off[keep], has_off[keep]
     n = len(keep)
     group = np.cumsum(first) - 1

@@ -115,9 +115,10 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
                    loads: DataFrame | None = None, checkpoint: Checkpoint = _same,
                    domains: set[str] | None = None, partitions_sink=None,  # noqa: ANN001
                    images: Sequence[tuple[str, int]] | None = None, rows: int | None = None,
-                   ) -> tuple[dict[str, DataFrame], DataFrame, DataFrame | None]:
+                   ) -> tuple[dict[str, DataFrame], DataFrame, dict[str, DataFrame]]:
     """Facts §5.2-§5.6: the versions of every versioned table (with ``_sid``), the internal anomaly
-    rows, and the partitions of the images (or None), from the applied records of one or more
+    rows, and what the partitions' tasks pick beside (``partition_images``, ``leader_changes``:
+    :func:`kraft_replay.replay.partitions.partitions`; none without a sink), from the applied records of one or more
     streams. ``fresh``: the versions of the loaded snapshots' own replays; ``loads``: where they are
     loaded. ``checkpoint`` materialises the frames several outputs read (e.g.
     ``DataFrame.localCheckpoint``); the default leaves the plan whole. ``domains``: only these tables
@@ -154,7 +155,8 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
         anomalies.append(a)
         removals = topic_removals(topics_ann)
         replacements = topic_replacements(topics_ann)
-    image_rows, at = None, None
+    side: dict[str, DataFrame] = {}
+    at = None
     if "partitions" in wanted and partitions_sink is not None and images is not None:
         out["features"], a, _ = features(recs, f("features"), loads)
         out["features"] = checkpoint(out["features"])
@@ -163,8 +165,8 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
         at = sorted({*images, *((r["cluster_id"], r["image_offset"]) for r in changes)})
     if "partitions" in wanted:
         drops = removals.drop("topic_name").unionByName(replacements)
-        out["partitions"], a, dropped, image_rows = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
-                                                                 sink=partitions_sink, images=at, rows=rows)
+        out["partitions"], a, dropped, side = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
+                                                           sink=partitions_sink, images=at, rows=rows)
         a, dropped = checkpoint(a), checkpoint(dropped)  # the versions are computed once already (a copy: ~10 s at 10M)
         anomalies.append(a)
         rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
@@ -188,7 +190,7 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
         out[name], a, _ = fn(recs, f(name), loads)
         out[name] = checkpoint(out[name])
         anomalies.append(checkpoint(a))
-    return out, checkpoint(union_all(anomalies) if anomalies else _no_anomalies(recs)), image_rows
+    return out, checkpoint(union_all(anomalies) if anomalies else _no_anomalies(recs)), side
 
 
 def _no_anomalies(recs: DataFrame) -> DataFrame:
@@ -339,7 +341,7 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
 
     if has_loads is None:
         has_loads = not loads.isEmpty()
-    image_rows = None
+    side: dict[str, DataFrame] = {}
     if resume is not None:
         assert partitions_sink is None, "a resumed replay merges its partition versions with the stored ones"
         sid = F.lit(resume.at + 1).cast("long")
@@ -347,13 +349,12 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
         versions, internal, _ = replay_domains(recs, fresh, loads, checkpoint=checkpoint, domains=set(resume.domains))
     elif has_loads:
         fresh, fresh_anomalies, _ = replay_domains(_snapshot_records(snapshots, loads), checkpoint=checkpoint)
-        versions, main_anomalies, image_rows = replay_domains(recs, fresh, loads, checkpoint=checkpoint,
-                                                              partitions_sink=partitions_sink, images=images,
-                                                              rows=log_rows)
+        versions, main_anomalies, side = replay_domains(recs, fresh, loads, checkpoint=checkpoint,
+                                                        partitions_sink=partitions_sink, images=images, rows=log_rows)
         internal = fresh_anomalies.unionByName(main_anomalies)
     else:
-        versions, internal, image_rows = replay_domains(recs, checkpoint=checkpoint, partitions_sink=partitions_sink,
-                                                        images=images, rows=log_rows)
+        versions, internal, side = replay_domains(recs, checkpoint=checkpoint, partitions_sink=partitions_sink,
+                                                  images=images, rows=log_rows)
     anomalies = union_all([
         L.conflicting_copies(copies, starts), L.incomplete_snapshots(catalog), L.mid_stream_anomalies(starts),
         L.gap_anomalies(gaps), L.transaction_anomalies(txns), finish_anomalies(internal),
@@ -368,4 +369,4 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     return ReplayTables(tables, L.divergent_quarantine(log, batches),
                         {"batches": batches, "starts": starts, "loads": loads, "records": recs, "spans": spans,
                          "gaps": gaps, "kept": kept, "txns": txns, "usable": usable,
-                         **({"partition_images": image_rows} if image_rows is not None else {})})
+                         **side})

@@ -37,14 +37,14 @@ from kraft_replay.replay.records import ZERO_UUID
 from kraft_replay.spark.arrow import arrow_schema, codes
 
 __all__ = ["partition_state", "STATE_INPUT", "STATE_OUTPUT", "FIELDS", "MAX_FIXPOINT_PASSES", "VERSION", "ANOMALY",
-           "CLOSED", "IMAGE"]
+           "CLOSED", "IMAGE", "LEADER", "OUTPUT_SCHEMA"]
 
 LISTS = ["replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr"]
 #: the versioned fields, in the table's order (the order of ``changed_fields``)
 FIELDS = ["topic_name", "replicas", "isr", "removing_replicas", "adding_replicas", "leader", "leader_recovery_state",
           "leader_epoch", "partition_epoch", "directories", "eligible_leader_replicas", "last_known_elr"]
 MAX_FIXPOINT_PASSES = 64
-VERSION, ANOMALY, CLOSED, IMAGE = 0, 1, 2, 3
+VERSION, ANOMALY, CLOSED, IMAGE, LEADER = 0, 1, 2, 3, 4
 
 #: one row per event: ``kind`` PR (PartitionRecord), PC (PartitionChangeRecord), S (a loaded
 #: snapshot's partition), T (a topic's removal: tombstone candidate), SA (absent from a loaded

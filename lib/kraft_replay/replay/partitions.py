@@ -31,15 +31,15 @@ from pyspark.sql import functions as F
 
 from kraft_replay.lake.staged import StagedWrite, read_staged, write_staged_arrow
 from kraft_replay.replay.partition_state import (
-    ANOMALY, CLOSED, IMAGE, LISTS, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
+    ANOMALY, CLOSED, IMAGE, LEADER, LISTS, OUTPUT_SCHEMA, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
 )
 from kraft_replay.replay.records import API
 from kraft_replay.replay.versioning import MAIN, STREAM, anomaly, current, spark_type
 from kraft_replay.replay.schemas import SILVER_TABLES
 from kraft_replay.spark import lineage_cut, tasks_holding
-from kraft_replay.spark.arrow import ddl_fields
+from kraft_replay.spark.arrow import codes, ddl_fields, longs
 
-__all__ = ["partition_events", "partitions", "live_at"]
+__all__ = ["partition_events", "partitions", "live_at", "leader_change_rows", "LEADER_INPUT"]
 
 KEY = ["topic_id", "partition_id"]
 #: about this many events per task (a task's events are in Python memory at once: ~1 KiB each at the peak)
@@ -189,6 +189,53 @@ def live_at(versions: pa.RecordBatch, at: Sequence[tuple[str, int]]) -> pa.Recor
     return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
 
+#: the columns of a task's main-stream versions :func:`leader_change_rows` reads
+LEADER_INPUT = ["cluster_id", "topic_id", "partition_id", "valid_from_offset", "valid_to_offset", "record_offset",
+                "deleted", "leader", "leader_epoch"]
+
+
+def _changed(a: pa.ChunkedArray, prev_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Whether column ``a`` at ``rows`` differs, null-safe, from itself at ``prev_rows``."""
+    v, ok = longs(a.cast(pa.int64()))
+    return (ok[rows] != ok[prev_rows]) | (ok[rows] & (v[rows] != v[prev_rows]))
+
+
+def leader_change_rows(versions: pa.Table) -> pa.RecordBatch | None:
+    """Seed 002's image divergence: among a task's versions of the main stream (:data:`LEADER_INPUT`;
+    every version of each of its partitions), the leader-affecting ones — visible versions that are
+    their partition's first, or whose deletion, leader or leader epoch differ (null-safe) from the
+    visible version before them, by (``valid_from_offset``, ``record_offset``, nulls first) — as
+    :data:`LEADER` rows: ``cluster_id``, ``topic_id``, ``partition_id``, ``valid_from_offset`` (the
+    change) and ``_ord`` (the partition's previous change, -2 for its first); None when there are
+    none. What ``outcomes.cache_lag.leader_changes`` finds in the written table."""
+    start = versions.column("valid_from_offset").to_numpy()
+    stop, has_stop = longs(versions.column("valid_to_offset"))
+    vis = np.flatnonzero(~has_stop | (stop > start))
+    if not len(vis):
+        return None
+    t = versions.take(pa.array(vis))
+    cluster, topic = codes(t.column("cluster_id"))[0], codes(t.column("topic_id"))[0]
+    part = t.column("partition_id").to_numpy().astype(np.int64)
+    start = start[vis]
+    rec, has_rec = longs(t.column("record_offset"))
+    o = np.lexsort((rec, has_rec, start, part, topic, cluster))
+    first = np.ones(len(o), bool)
+    first[1:] = (cluster[o][1:] != cluster[o][:-1]) | (topic[o][1:] != topic[o][:-1]) | (part[o][1:] != part[o][:-1])
+    prev = np.r_[o[:1], o[:-1]]
+    affects = first | _changed(t.column("deleted"), prev, o) | _changed(t.column("leader"), prev, o) \
+        | _changed(t.column("leader_epoch"), prev, o)
+    rows, first = o[affects], first[affects]
+    before = np.r_[-2, start[rows][:-1]]
+    before[first] = -2
+    n = len(rows)
+    cols = {"cluster_id": t.column("cluster_id").take(pa.array(rows)), "topic_id": t.column("topic_id").take(pa.array(rows)),
+            "partition_id": t.column("partition_id").take(pa.array(rows)),
+            "_row": pa.array(np.full(n, LEADER, np.int32)), "valid_from_offset": pa.array(start[rows]),
+            "_ord": pa.array(before)}
+    return pa.Table.from_arrays([(cols[f.name] if f.name in cols else pa.nulls(n, f.type)).cast(f.type)
+                                 for f in OUTPUT_SCHEMA], schema=OUTPUT_SCHEMA).combine_chunks().to_batches()[0]
+
+
 def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
                       ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """:func:`partition_state` whose versions of the main stream go into ``sink``'s files (written by
@@ -196,11 +243,13 @@ def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
     files) instead of back to the JVM; the other rows (anomalies, tombstones, versions of other
     streams) come out as usual, and so do the main versions visible at each ``(cluster_id, offset)``
     of ``images`` (:func:`live_at`: the partitions of those images, so that ``image_snapshots`` does
-    not read every version back)."""
+    not read every version back) and the leader-affecting changes among the main versions
+    (:func:`leader_change_rows`, what ``cache_lag`` would otherwise find in every version written)."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         rest: list[pa.RecordBatch] = []
+        leader_input: list[pa.RecordBatch] = []
 
         def versions() -> Iterator[pa.RecordBatch]:
             for b in partition_state(batches):
@@ -213,10 +262,15 @@ def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
                     live = live_at(mine, images)
                     if live is not None:
                         rest.append(live)
+                    leader_input.append(mine.select(LEADER_INPUT))
                     yield _contract(mine)
 
         ctx = TaskContext.get()
         write_staged_arrow(sink, versions(), part_id=f"{ctx.partitionId() if ctx else 0:05d}")
+        if leader_input:
+            changes = leader_change_rows(pa.Table.from_batches(leader_input).combine_chunks())
+            if changes is not None:
+                rest.append(changes)
         yield from rest
     return run
 
@@ -224,14 +278,17 @@ def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
 def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFrame,
                fresh: DataFrame | None = None, loads: DataFrame | None = None,
                sink: StagedWrite | None = None, images: Sequence[tuple[str, int]] | None = None,
-               rows: int | None = None) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame | None]:
-    """Facts §5.2 / §5.6: ``(versions, anomalies, dropped, image_rows)`` of the ``partitions`` table.
+               rows: int | None = None) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, DataFrame]]:
+    """Facts §5.2 / §5.6: ``(versions, anomalies, dropped, side)`` of the ``partitions`` table.
     ``topic_annotated``: the annotated topic events (:func:`kraft_replay.replay.topics.topics`);
     ``topic_drops``: the applied RemoveTopicRecords and re-creating TopicRecords (their partitions
     are closed); ``dropped``: per such record (stream, ``topic_id``, ``record_offset``), how many
-    partitions it closed. ``images`` (with ``sink``): ``image_rows`` are the versions of the main
-    stream visible at each ``(cluster_id, offset)`` of it — the table's columns and ``image_offset``
-    — picked by the tasks that write them (None without: ``image_snapshots`` joins the versions).
+    partitions it closed. With ``sink``, ``side`` holds what the tasks that write the versions pick
+    among them: ``leader_changes``, the leader-affecting changes of the main stream
+    (:func:`leader_change_rows`: ``cluster_id``, ``topic_id``, ``partition_id``, ``_v``, ``_p``, the
+    rows of ``outcomes.cache_lag.leader_changes`` of the table), and with ``images`` too
+    ``partition_images``, the versions of the main stream visible at each ``(cluster_id, offset)`` of
+    it — the table's columns and ``image_offset`` (without: ``image_snapshots`` joins the versions).
     ``rows``: at least as many as the records in ``recs`` (e.g. the log's rows), to size the tasks
     (:data:`TASK_ROWS` events each) without counting them; None: counted (one scan of the records).
 
@@ -268,6 +325,10 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     anomalies = anomaly(few.where(row == ANOMALY), F.col("_code"), _entity(), F.col("_msg"), offset=F.col("_ord"))
     dropped = (few.where(row == CLOSED).groupBy(*STREAM, "topic_id", "record_offset")
                .agg(F.count(F.lit(1)).alias("dropped")))
-    image_rows = (few.where(row == IMAGE).select(F.col("_ord").alias("image_offset"), *typed)
-                  if sink is not None and images is not None else None)
-    return versions, anomalies, dropped, image_rows
+    side = {}
+    if sink is not None:
+        side["leader_changes"] = few.where(row == LEADER).select(
+            "cluster_id", "topic_id", "partition_id", F.col("valid_from_offset").alias("_v"), F.col("_ord").alias("_p"))
+        if images is not None:
+            side["partition_images"] = few.where(row == IMAGE).select(F.col("_ord").alias("image_offset"), *typed)
+    return versions, anomalies, dropped, side

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -58,6 +59,10 @@ class ReplaySummary:
     seconds: float = 0.0
     published: dict[str, int] | None = None
     modes: dict[str, str] = field(default_factory=dict)
+    #: the leader-affecting changes of every replayed cluster's partitions (``cluster_id``, ``topic_id``,
+    #: ``partition_id``, ``_v``, ``_p``), when the replay's tasks found them (a whole replay on the
+    #: embedded backend: :func:`kraft_replay.replay.partitions.leader_change_rows`); None otherwise
+    leader_changes: pa.Table | None = None
 
     def lines(self) -> list[str]:
         """A one-screen summary: rows per table, anomalies by code, where each cluster's replay started."""
@@ -375,6 +380,8 @@ def _replay_whole(spark: SparkSession, lake, run_id: str, clusters: list[str], l
     an = res["replay_anomalies"].groupBy("reason_code").count().collect()
     summary.anomalies_by_code = {r["reason_code"]: r["count"] for r in an}
     summary.commit = [r.asDict() for r in res["log_commit"].orderBy("cluster_id").collect()]
+    if "leader_changes" in res.stages:  # a few per partition: what cache_lag need not find in every version
+        summary.leader_changes = res.stages["leader_changes"].toArrow()
     summary.seconds = time.time() - t0
     return summary
 

@@ -83,7 +83,8 @@ def run_demo(spark, lake, scenario_name: str = "demo", out: Callable[[str], None
     summary = run_replay(spark, lake, cluster_id=cid, say=lambda m: out(f"[3/5 replay] {m.strip()}"))
     for line in summary.lines():
         out(f"[3/5 replay] {line}")
-    res.rows["cache_lag"] = write_cache_lag(lake, [cid], say=lambda m: out(f"[3/5 replay] {m.strip()}"))
+    res.rows["cache_lag"] = write_cache_lag(lake, [cid], say=lambda m: out(f"[3/5 replay] {m.strip()}"),
+                                            changes=summary.leader_changes)
     done("replay")
 
     outcomes = run_outcomes(spark, lake, cluster_id=cid, say=lambda m: out(f"[4/5 outcomes] {m.strip()}"))

@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         raise _user_error(exc) from None
     from kraft_replay.outcomes.cache_lag import CACHE_LAG, write_cache_lag
 
-    lag_rows = write_cache_lag(lake, summary.clusters, say=say, bucket_s=args.lag_bucket)  # with broker metrics only
+    lag_rows = write_cache_lag(lake, summary.clusters, say=say, bucket_s=args.lag_bucket,  # with broker metrics only
+                               changes=summary.leader_changes)
     if args.json:
         from kraft_replay.serve.common import print_json
 

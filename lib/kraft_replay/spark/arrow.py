@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["ddl_fields", "arrow_schema", "codes", "per_task"]
+__all__ = ["ddl_fields", "arrow_schema", "codes", "longs", "per_task"]
 
 _BASE = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
 
@@ -31,6 +31,12 @@ def codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
     """Dictionary codes of a string column (-1: null) and the dictionary."""
     d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
     return d.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), d.dictionary.to_pylist()
+
+
+def longs(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """An integer or timestamp column as int64 (timestamps in their unit) and its validity (nulls read 0)."""
+    c = pc.cast(col, pa.int64())
+    return c.fill_null(0).to_numpy(zero_copy_only=False), c.is_valid().to_numpy(zero_copy_only=False).astype(bool)
 
 
 def per_task(f: Callable[[pa.Table], pa.Table]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
