@@ -83,7 +83,7 @@ SAMPLE_SCHEMA = pa.schema([
     ("stalled", pa.bool_()), ("registered", pa.bool_()), ("fenced", pa.bool_()), ("image_divergence", pa.int64()),
 ])
 #: about this many samples per task of :func:`cache_lag` (a task's samples are in Python memory at once)
-TASK_ROWS = 1_000_000
+TASK_ROWS = 250_000
 
 
 def _us(c: Column) -> Column:

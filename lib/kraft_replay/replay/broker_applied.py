@@ -31,11 +31,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kraft_replay.replay.schemas import BROKER_APPLIED_SCHEMA
+from kraft_replay.spark import tasks_holding
 from kraft_replay.spark.arrow import codes, longs, per_task
 
 __all__ = ["broker_applied", "applied_intervals", "samples_by_broker", "sample_order", "previous", "BROKER_APPLIED_COLUMNS", "BY_BROKER", "GAP_FACTOR"]
 
 GAP_FACTOR = 3.0
+#: about this many samples per task of :func:`applied_intervals` (a task's samples are in Python memory at once)
+TASK_ROWS = 500_000
 BROKER_APPLIED_COLUMNS = BROKER_APPLIED_SCHEMA.names
 _KEY = ["cluster_id", "broker_id"]
 #: the windows' partition columns: the broker first, so that the sort's prefix tells rows apart
@@ -50,9 +53,12 @@ def broker_applied(progress: DataFrame, gap_factor: float = GAP_FACTOR) -> DataF
                                                   from_arrow_schema(BROKER_APPLIED_SCHEMA))
 
 
-def samples_by_broker(progress: DataFrame) -> DataFrame:
-    """The samples :func:`applied_intervals` reads, shuffled by broker (every sample of a broker in one task)."""
-    return progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time").repartition(*BY_BROKER)
+def samples_by_broker(progress: DataFrame, rows: int | None = None) -> DataFrame:
+    """The samples :func:`applied_intervals` reads, shuffled by broker (every sample of a broker in one
+    task; ``rows``: the samples, when known: tasks of about :data:`TASK_ROWS`; else the shuffle partitions)."""
+    p = progress.select(*_KEY, "observed_at", "applied_offset", "applied_record_time")
+    return p.repartition(*BY_BROKER) if rows is None else p.repartition(
+        tasks_holding(progress.sparkSession, rows, TASK_ROWS), *BY_BROKER)
 
 
 def sample_order(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:

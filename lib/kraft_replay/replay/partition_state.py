@@ -59,7 +59,9 @@ STATE_INPUT = (
 #: ``_row`` :data:`VERSION`: a version (the table's columns; times in µs); :data:`ANOMALY`: an event
 #: that did not apply (``_code``, ``_msg``, ``_ord``, ``record_type``); :data:`CLOSED`: a tombstone of
 #: an existing partition (``record_offset``); :data:`IMAGE`: a version visible at an image's offset
-#: (``_ord``; made by the caller, :func:`kraft_replay.replay.partitions.live_at`)
+#: (``_ord``; made by the caller, :func:`kraft_replay.replay.partitions.live_at`); :data:`LEADER`: a
+#: leader-affecting change (``valid_from_offset``; ``_ord`` the partition's change before it; made by the
+#: caller, :func:`kraft_replay.replay.partitions.leader_change_rows`)
 STATE_OUTPUT = (
     "cluster_id string, _sid long, topic_id string, partition_id int, _row int, topic_name string, "
     "replicas array<int>, isr array<int>, removing_replicas array<int>, adding_replicas array<int>, leader int, "
