@@ -352,20 +352,25 @@ def check_file_schemas(info: StagedWrite, location: _files.Location, files: list
                                       "a data column of the table; drop it (the write was not committed)")
 
 
+def task_part_id() -> str:
+    """The ``part_id`` of :func:`write_staged_arrow` for the Spark task running now: its partition
+    (a retried task rewrites its own files); 0 outside a task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return f"{ctx.partitionId() if ctx else 0:05d}"
+
+
 def task_writer(info: StagedWrite, rows_of: Callable[[pa.Table], pa.Table]
                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function writing ``rows_of`` (a task's rows at once) into ``info``'s files
     (:func:`write_staged_arrow`, named after the task's partition: a retried task rewrites its own)
     instead of handing them back to Spark; each task yields one row, ``files``: how many it wrote."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         got = list(batches)
         paths: list[str] = []
         if got:
-            ctx = TaskContext.get()
-            paths = write_staged_arrow(info, rows_of(pa.Table.from_batches(got).combine_chunks()),
-                                       part_id=f"{ctx.partitionId() if ctx else 0:05d}")
+            paths = write_staged_arrow(info, rows_of(pa.Table.from_batches(got).combine_chunks()), part_id=task_part_id())
         yield pa.RecordBatch.from_pydict({"files": pa.array([len(paths)], pa.int64())})
     return run
 

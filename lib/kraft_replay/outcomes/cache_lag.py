@@ -143,7 +143,7 @@ def broker_registrations(brokers: DataFrame) -> dict[tuple[str, int], tuple[np.n
     start = arrow_longs(t.column("valid_from_offset"))[0]
     end = t.column("valid_to_offset").fill_null(np.iinfo(np.int64).max).to_numpy().astype(np.int64)
     deleted = t.column("deleted").fill_null(True).to_numpy(zero_copy_only=False).astype(bool)
-    fenced, known = arrow_longs(t.column("fenced").cast(pa.int64()))
+    fenced, known = arrow_longs(t.column("fenced"))
     o = np.lexsort((start, broker, code))
     cut = np.flatnonzero((np.diff(code[o]) != 0) | (np.diff(broker[o]) != 0)) + 1
     return {(names[code[k[0]]], int(broker[k[0]])): (start[k], end[k], deleted[k], fenced[k].astype(bool), known[k])
@@ -252,7 +252,7 @@ def lag_kernel(steps: dict[str, ClusterSteps], captures: dict[str, tuple[np.ndar
         t = t.take(pa.array(keep))
         cluster, names = codes(t.column("cluster_id"))
         broker = arrow_longs(t.column("broker_id"))[0]
-        us, has_us = arrow_longs(pc.cast(t.column("observed_at"), pa.int64()))
+        us, has_us = arrow_longs(t.column("observed_at"))
         applied, has_applied = arrow_longs(t.column("applied_offset"))
         n = t.num_rows
         starts = np.flatnonzero(first)
@@ -412,7 +412,7 @@ def _bucket_us(bucket_s: float) -> int:
 def with_bucket(t: pa.Table, bucket_us: int) -> pa.Table:
     """``t`` with ``bucket_start``: ``observed_at`` floored to a multiple of ``bucket_us`` µs (the
     division in floating point, as Spark's ``floor`` of a long over an int computes it)."""
-    us, ok = arrow_longs(pc.cast(t.column("observed_at"), pa.int64()))
+    us, ok = arrow_longs(t.column("observed_at"))
     b = (np.floor(us / bucket_us) * bucket_us).astype(np.int64)
     return t.append_column("bucket_start", pa.array(b, pa.int64(), mask=~ok).cast(TIMESTAMP))
 

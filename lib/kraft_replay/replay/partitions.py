@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from kraft_replay.lake.staged import StagedWrite, read_staged, write_staged_arrow
+from kraft_replay.lake.staged import StagedWrite, read_staged, task_part_id, write_staged_arrow
 from kraft_replay.replay.partition_state import (
     ANOMALY, CLOSED, IMAGE, LEADER, LISTS, OUTPUT_SCHEMA, STATE_INPUT, STATE_OUTPUT, VERSION, partition_state,
 )
@@ -196,7 +196,7 @@ LEADER_INPUT = ["cluster_id", "topic_id", "partition_id", "valid_from_offset", "
 
 def _changed(a: pa.ChunkedArray, prev_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Whether column ``a`` at ``rows`` differs, null-safe, from itself at ``prev_rows``."""
-    v, ok = longs(a.cast(pa.int64()))
+    v, ok = longs(a)
     return (ok[rows] != ok[prev_rows]) | (ok[rows] & (v[rows] != v[prev_rows]))
 
 
@@ -246,8 +246,6 @@ def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
     not read every version back) and the leader-affecting changes among the main versions
     (:func:`leader_change_rows`, what ``cache_lag`` would otherwise find in every version written)."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         rest: list[pa.RecordBatch] = []
         leader_input: list[pa.RecordBatch] = []
 
@@ -265,8 +263,7 @@ def _writing_versions(sink: StagedWrite, images: Sequence[tuple[str, int]] = ()
                     leader_input.append(mine.select(LEADER_INPUT))
                     yield _contract(mine)
 
-        ctx = TaskContext.get()
-        write_staged_arrow(sink, versions(), part_id=f"{ctx.partitionId() if ctx else 0:05d}")
+        write_staged_arrow(sink, versions(), part_id=task_part_id())
         if leader_input:
             changes = leader_change_rows(pa.Table.from_batches(leader_input).combine_chunks())
             if changes is not None:

@@ -275,9 +275,13 @@ def _write_increment(spark: SparkSession, lake, done, run_id: str, summary: Repl
 def _write_broker_applied(lake, where: str):  # noqa: ANN001, ANN202 - a Lake, a CommitResult
     """Inside a replay's run: ``broker_applied`` of the clusters in ``where`` from ``broker_progress``."""
     lake.create_table(BROKER_APPLIED, from_arrow_schema(BROKER_APPLIED_SCHEMA), partition_by=["cluster_id"])
+    return lake.overwrite_from_tasks(BROKER_APPLIED, _samples_by_broker(lake, where), applied_intervals, replace_where=where)
+
+
+def _samples_by_broker(lake, where: str):  # noqa: ANN001, ANN202 - a Lake, a DataFrame
+    """The ``broker_progress`` samples of ``where`` for ``broker_applied``'s tasks, sized by their count."""
     progress = lake.read(PROGRESS, where=where)
-    return lake.overwrite_from_tasks(BROKER_APPLIED, samples_by_broker(progress, progress.count()), applied_intervals,
-                                     replace_where=where)
+    return samples_by_broker(progress, progress.count())
 
 
 def _write_progress(spark: SparkSession, lake, run_id: str, plans: list, through: dict[str, int | None],  # noqa: ANN001
@@ -395,8 +399,7 @@ def run_broker_applied(spark: SparkSession, lake, clusters: Sequence[str],  # no
     if not lake.exists(PROGRESS):
         return 0
     where = cluster_where(sorted(set(clusters)))
-    progress = lake.read(PROGRESS, where=where)
-    r = lake.replace_published(BROKER_APPLIED, samples_by_broker(progress, progress.count()), where,
+    r = lake.replace_published(BROKER_APPLIED, _samples_by_broker(lake, where), where,
                                "broker-applied-" + uuid.uuid4().hex[:12], schema=from_arrow_schema(BROKER_APPLIED_SCHEMA),
                                partition_by=["cluster_id"], rows_of=applied_intervals)
     say(f"  {BROKER_APPLIED}: {r.rows} rows (v{r.version})")
