@@ -59,6 +59,8 @@ def test_session_follows_the_test_profile_and_is_reused(spark):
     assert conf.get("spark.ui.enabled") == "false"
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     assert get_spark("test") is spark
+    # a scan in at least four splits per core of the local master
+    assert spark.conf.get("spark.sql.files.minPartitionNum") == "8"
     # $KRAFT_REPLAY_JAVA_OPTIONS (tests/conftest.py sets it) reaches the running JVM's arguments
     jvm_args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())  # noqa: SLF001
     assert set(os.environ["KRAFT_REPLAY_JAVA_OPTIONS"].split()) <= set(jvm_args), jvm_args

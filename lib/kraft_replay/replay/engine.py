@@ -40,6 +40,7 @@ from kraft_replay.replay.topics import topic_removals, topic_replacements, topic
 from kraft_replay.replay.versioning import MAIN, anomaly, conform, union_all
 from kraft_replay.replay.zk_migration_state import zk_migration_state
 from kraft_replay.spark import lineage_cut
+from kraft_replay.spark.beside import beside
 
 __all__ = ["ReplayTables", "Resume", "TABLE_RECORDS", "tables_changed_by", "with_inputs", "cut", "replay_tables", "replay_domains", "finish_anomalies", "log_commit", "SESSION_CONF"]
 
@@ -163,33 +164,43 @@ def replay_domains(recs: DataFrame, fresh: dict[str, DataFrame] | None = None,
         anomalies.append(checkpoint(a))
         changes = metadata_version_changes(out["features"].where(F.col("_sid") == MAIN)).collect()
         at = sorted({*images, *((r["cluster_id"], r["image_offset"]) for r in changes)})
-    if "partitions" in wanted:
+    def partition_versions() -> tuple[DataFrame, list[DataFrame], dict[str, DataFrame]]:
         drops = removals.drop("topic_name").unionByName(replacements)
-        out["partitions"], a, dropped, side = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
-                                                           sink=partitions_sink, images=at, rows=rows)
+        versions, a, dropped, found = partitions(part_recs, topics_ann, drops, f("partitions"), loads,
+                                                 sink=partitions_sink, images=at, rows=rows)
         a, dropped = checkpoint(a), checkpoint(dropped)  # the versions are computed once already (a copy: ~10 s at 10M)
-        anomalies.append(a)
         rep = replacements.join(dropped, ["cluster_id", "_sid", "topic_id", "record_offset"], "left")
-        anomalies.append(anomaly(rep, "TOPIC_REPLACED", F.concat(F.lit("topic "), F.col("topic_id")),
-                                 F.format_string("TopicRecord for existing topic id %s: its %d partitions are dropped",
-                                                 F.col("topic_id"), F.coalesce(F.col("dropped"), F.lit(0))),
-                                 offset=F.col("_ord")))
-    if "brokers" in wanted:
-        out["brokers"], a = brokers(recs, f("brokers"), loads)
-        out["brokers"] = checkpoint(out["brokers"])
-        anomalies.append(checkpoint(a))
-    if "configs" in wanted:
-        out["configs"], a, _ = configs(recs, removals, f("configs"), loads)
-        out["configs"] = checkpoint(out["configs"])
-        anomalies.append(checkpoint(a))
-    for name, fn in (("controllers", controllers), ("features", features), ("client_quotas", client_quotas),
-                     ("acls", acls), ("scram_credentials", scram_credentials), ("delegation_tokens", delegation_tokens),
-                     ("producer_ids", producer_ids), ("zk_migration_state", zk_migration_state)):
-        if name not in wanted or name in out:
-            continue
-        out[name], a, _ = fn(recs, f(name), loads)
-        out[name] = checkpoint(out[name])
-        anomalies.append(checkpoint(a))
+        replaced = anomaly(rep, "TOPIC_REPLACED", F.concat(F.lit("topic "), F.col("topic_id")),
+                           F.format_string("TopicRecord for existing topic id %s: its %d partitions are dropped",
+                                           F.col("topic_id"), F.coalesce(F.col("dropped"), F.lit(0))),
+                           offset=F.col("_ord"))
+        return versions, [a, replaced], found
+
+    # the partitions (nearly every record: the heavy stages) run beside the other domains (a few
+    # records each: many small jobs), which fill the cores while the partitions' driver plans and
+    # their stages wait on each other
+    with beside(recs.sparkSession, partition_versions if "partitions" in wanted else lambda: None) as heavy:
+        placed = len(anomalies)  # where the partitions' anomalies go (the order of the domains)
+        if "brokers" in wanted:
+            out["brokers"], a = brokers(recs, f("brokers"), loads)
+            out["brokers"] = checkpoint(out["brokers"])
+            anomalies.append(checkpoint(a))
+        if "configs" in wanted:
+            out["configs"], a, _ = configs(recs, removals, f("configs"), loads)
+            out["configs"] = checkpoint(out["configs"])
+            anomalies.append(checkpoint(a))
+        for name, fn in (("controllers", controllers), ("features", features), ("client_quotas", client_quotas),
+                         ("acls", acls), ("scram_credentials", scram_credentials), ("delegation_tokens", delegation_tokens),
+                         ("producer_ids", producer_ids), ("zk_migration_state", zk_migration_state)):
+            if name not in wanted or name in out:
+                continue
+            out[name], a, _ = fn(recs, f(name), loads)
+            out[name] = checkpoint(out[name])
+            anomalies.append(checkpoint(a))
+        done = heavy.result()
+    if done is not None:
+        out["partitions"], found, side = done
+        anomalies[placed:placed] = found
     return out, checkpoint(union_all(anomalies) if anomalies else _no_anomalies(recs)), side
 
 
@@ -311,7 +322,10 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     # the rows' positions are read whole once, by the batches' aggregate; the later stages read the
     # batches (and the rows again only for hostile logs: batches that are not exactly base..last)
     positions = L.log_positions(log, control)
-    batches = checkpoint(L.mark_divergent(checkpoint(L.log_batches(positions))))
+    overlaps = checkpoint(L.batch_overlaps(checkpoint(L.log_batches(positions))))
+    # no batch overlapping another (the usual log): none is divergent, found without a second pass
+    ordered = overlaps.where(F.col("_overlap")).isEmpty()
+    batches = L.no_divergent(overlaps) if ordered else checkpoint(L.divergent_batches(overlaps))
     if resume is None:
         clusters = (spark.createDataFrame([(c,) for c in clusters], "cluster_id string") if clusters is not None else
                     log.select("cluster_id").union(control.select("cluster_id")).union(snapshots.select("cluster_id"))
@@ -329,7 +343,8 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     multi = not L.copy_batches(batches).isEmpty()
     kept = L.kept_records(log, batches, copies=multi)
     kept = checkpoint(kept) if multi else kept
-    gaps = checkpoint(L.offset_gaps(positions, batches, starts, usable, by_batch=L.irregular_batches(batches).isEmpty()))
+    gaps = checkpoint(L.offset_gaps(positions, batches, starts, usable, by_batch=L.irregular_batches(batches).isEmpty(),
+                                    ordered=ordered))
     loads = checkpoint(L.snapshot_loads(starts, gaps, catalog))
     txns = checkpoint(L.transactions(kept, starts))
     spans = checkpoint(L.transaction_spans(txns, starts))

@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 
 __all__ = [
     "BEGIN_TRANSACTION", "END_TRANSACTION", "ABORT_TRANSACTION", "NO_OP", "BUCKET",
-    "log_positions", "log_batches", "mark_divergent", "copy_batches", "irregular_batches", "divergent_quarantine", "kept_records",
+    "log_positions", "log_batches", "batch_overlaps", "divergent_batches", "no_divergent", "mark_divergent", "copy_batches", "irregular_batches", "divergent_quarantine", "kept_records",
     "copy_digests", "from_replay_start", "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
     "mid_stream_anomalies", "offset_gaps", "gap_anomalies", "snapshot_loads", "transactions",
     "transaction_anomalies", "applied_records", "commit_certainty", "log_batches_table", "image_offsets",
@@ -137,29 +137,53 @@ def log_batches(positions: DataFrame) -> DataFrame:
         "_rows", "_min_offset", "_max_offset")
 
 
-def mark_divergent(batches: DataFrame) -> DataFrame:
-    """Facts §5.1 / Raft: ``divergent`` is true for a batch that a batch of a higher epoch overlaps
-    (a later leader truncated it); ``_overlap``: the batch's offsets — its header's range widened to
-    the offsets present — overlap another batch's. Overlaps are found in one ordering
+def batch_overlaps(batches: DataFrame) -> DataFrame:
+    """``batches`` (:func:`log_batches`) with ``_overlap``: the batch's offsets — its header's range
+    widened to the offsets present — overlap another batch's; and ``_prev_hi``, the greatest high end
+    of the batches before it (null for the first), from which :func:`offset_gaps` finds the gaps of a
+    log whose batches neither overlap nor are irregular. Found in one ordering
     (:func:`_neighbours`: a batch overlaps another iff its low end is at most the previous batches'
     greatest high end, or the next batch's low end is at most its high end), which carries every
-    batch's columns (no join back); only the few overlapping batches are joined pairwise, on their
-    headers' ranges, and the (fewer) divergent ones broadcast back."""
+    batch's columns (no join back)."""
     lo = F.least("batch_base_offset", "_min_offset")
     hi = F.greatest("batch_last_offset", "_max_offset")
     order = ["_lo", "batch_leader_epoch", "_hi"]
     s = _neighbours(batches.select("*", lo.alias("_lo"), hi.alias("_hi")), order)
-    s = s.withColumn("_overlap", F.coalesce((F.col("_lo") <= F.col("_prev_hi")) | (F.col("_next_lo") <= F.col("_hi")),
-                                            F.lit(False)))
-    involved = s.where(F.col("_overlap")).select("cluster_id", *_BATCH)
+    overlap = F.coalesce((F.col("_lo") <= F.col("_prev_hi")) | (F.col("_next_lo") <= F.col("_hi")), F.lit(False))
+    return s.select(*batches.columns, overlap.alias("_overlap"), "_prev_hi")
+
+
+_OVERLAP = ["_overlap", "_prev_hi"]  # what batch_overlaps adds
+
+
+def divergent_batches(overlaps: DataFrame) -> DataFrame:
+    """Facts §5.1 / Raft: ``overlaps`` (:func:`batch_overlaps`) with ``divergent``, true for a batch
+    that a batch of a higher epoch overlaps (a later leader truncated it). Only the few overlapping
+    batches are joined pairwise, on their headers' ranges, and the (fewer) divergent ones broadcast
+    back."""
+    involved = overlaps.where(F.col("_overlap")).select("cluster_id", *_BATCH)
     a, b = involved.alias("a"), involved.alias("b")
     losers = a.join(b, (F.col("a.cluster_id") == F.col("b.cluster_id"))
                     & (F.col("b.batch_base_offset") <= F.col("a.batch_last_offset"))
                     & (F.col("b.batch_last_offset") >= F.col("a.batch_base_offset"))
                     & (F.col("b.batch_leader_epoch") > F.col("a.batch_leader_epoch")), "left_semi")
     losers = losers.select("cluster_id", *_BATCH).withColumn("divergent", F.lit(True))
-    return (s.join(F.broadcast(losers), ["cluster_id", *_BATCH], "left")
-            .select(*batches.columns, F.coalesce(F.col("divergent"), F.lit(False)).alias("divergent"), "_overlap"))
+    cols = [c for c in overlaps.columns if c not in _OVERLAP]
+    return (overlaps.join(F.broadcast(losers), ["cluster_id", *_BATCH], "left")
+            .select(*cols, F.coalesce(F.col("divergent"), F.lit(False)).alias("divergent"), *_OVERLAP))
+
+
+def no_divergent(overlaps: DataFrame) -> DataFrame:
+    """:func:`divergent_batches` when no batch of ``overlaps`` overlaps another (the usual log): none
+    is divergent, and the batches are not read again to find out."""
+    cols = [c for c in overlaps.columns if c not in _OVERLAP]
+    return overlaps.select(*cols, F.lit(False).alias("divergent"), *_OVERLAP)
+
+
+def mark_divergent(batches: DataFrame) -> DataFrame:
+    """Facts §5.1 / Raft: ``batches`` (:func:`log_batches`) with ``divergent`` and ``_overlap``
+    (:func:`divergent_batches` of :func:`batch_overlaps`)."""
+    return divergent_batches(batch_overlaps(batches))
 
 
 def copy_batches(batches: DataFrame) -> DataFrame:
@@ -353,15 +377,20 @@ def mid_stream_anomalies(starts: DataFrame) -> DataFrame:
 
 
 def offset_gaps(positions: DataFrame, batches: DataFrame, starts: DataFrame, usable: DataFrame, *,
-                by_batch: bool = False) -> DataFrame:
+                by_batch: bool = False, ordered: bool = False) -> DataFrame:
     """Facts §5.7: the missing offset ranges ``[gap_lo, gap_hi)`` from the replay start on (control
     offsets count as present), each with the newest usable snapshot ending inside it
     (``resync_end`` / ``resync_epoch``: gap_lo < END <= gap_hi), which replay loads there.
     ``by_batch``: found from the batches' ranges instead of the rows — valid when there are no
     :func:`irregular_batches` (the offsets present are then the union of the ranges), and ~6x fewer
-    rows to order."""
+    rows to order. ``ordered`` (with ``by_batch``): no batch overlaps another either, so the batches'
+    ``_prev_hi`` (:func:`batch_overlaps`) already orders them: no second ordering."""
     start = F.broadcast(starts.select("cluster_id", "replay_start_offset"))
-    if by_batch:
+    if by_batch and ordered:
+        b = batches.join(start, "cluster_id").where(F.col("batch_last_offset") >= F.col("replay_start_offset"))
+        prev = b.select("cluster_id", "replay_start_offset", "_prev_hi",
+                        F.greatest("batch_base_offset", "replay_start_offset").alias("_lo"))
+    elif by_batch:
         b = batches.where(~F.col("divergent")).join(start, "cluster_id").where(
             F.col("batch_last_offset") >= F.col("replay_start_offset"))
         present = b.select("cluster_id", "replay_start_offset",
@@ -372,8 +401,11 @@ def offset_gaps(positions: DataFrame, batches: DataFrame, starts: DataFrame, usa
         present = (_divergent_join(positions, batches, _BATCH, "left_anti")
                    .select("cluster_id", F.col("offset").alias("_lo"), F.col("offset").alias("_hi"))
                    .join(start, "cluster_id").where(F.col("_lo") >= F.col("replay_start_offset")))
-    prev = _neighbours(present, ["_lo"])
-    lo = F.when(F.col("_prev_hi").isNull(), F.col("replay_start_offset")).otherwise(F.col("_prev_hi") + 1)
+    if not (by_batch and ordered):
+        prev = _neighbours(present, ["_lo"])
+    # a batch before the start (ordered) ends below it: the gap still starts at the start at the earliest
+    lo = F.when(F.col("_prev_hi").isNull(), F.col("replay_start_offset")).otherwise(
+        F.greatest(F.col("_prev_hi") + 1, F.col("replay_start_offset")))
     gaps = prev.select("cluster_id", lo.alias("gap_lo"), F.col("_lo").alias("gap_hi")).where(F.col("gap_lo") < F.col("gap_hi"))
     u = usable.select(F.col("cluster_id").alias("_uc"), F.col("snapshot_end_offset").alias("_end"),
                       F.col("snapshot_epoch").alias("_epoch"))

@@ -1,0 +1,55 @@
+"""Spark work run beside the caller's: its value, its error, its pool, and cancelling it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from kraft_replay.spark.beside import POOL, beside
+
+
+def test_the_value_comes_back_and_the_jobs_ran_in_a_group_and_pool_of_their_own(spark) -> None:
+    sc = spark.sparkContext
+
+    def work() -> tuple[int, str | None, str | None]:
+        return spark.range(1000).count(), sc.getLocalProperty("spark.scheduler.pool"), sc.getLocalProperty("spark.jobGroup.id")
+
+    with beside(spark, work) as job:
+        mine = spark.range(10).count()  # the caller's own job meanwhile
+        n, pool, group = job.result()
+    assert (mine, n, pool) == (10, 1000, POOL)
+    assert group is not None and group.startswith("beside-")
+    assert sc.statusTracker().getJobIdsForGroup(group), "its count ran in its group"
+    assert sc.getLocalProperty("spark.scheduler.pool") is None  # the caller's thread is untouched
+
+
+def test_its_error_is_raised_by_result_and_on_leaving(spark) -> None:
+    def bad() -> None:
+        raise ValueError("no such table")
+
+    with pytest.raises(ValueError, match="no such table"):
+        with beside(spark, bad) as job:
+            job.result()
+    with pytest.raises(ValueError, match="no such table"):
+        with beside(spark, bad):
+            pass
+
+
+def _slow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for b in batches:
+        time.sleep(60)
+        yield b
+
+
+def test_an_error_in_the_block_cancels_its_jobs_before_going_on(spark) -> None:
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the caller failed"):
+        with beside(spark, lambda: spark.range(2, numPartitions=2).mapInArrow(_slow, "id long").count()):
+            time.sleep(3)  # its job is running
+            raise RuntimeError("the caller failed")
+    # cancelled, not waited for: each of its tasks sleeps a minute
+    assert time.monotonic() - started < 45
+    assert spark.range(5).count() == 5  # the session goes on
