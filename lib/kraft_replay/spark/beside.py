@@ -53,9 +53,13 @@ class Beside(Generic[T]):
         return self._value  # type: ignore[return-value]
 
     def cancel(self) -> None:
-        """Cancel ``fn``'s running and waiting jobs and wait for its thread (its exception is dropped)."""
-        self._sc.cancelJobGroup(self._group)
-        self._thread.join()
+        """Cancel ``fn``'s jobs until its thread ends (a job it starts after a cancel is cancelled in
+        turn), and wait for it; its exception is dropped."""
+        while True:
+            self._sc.cancelJobGroup(self._group)
+            self._thread.join(timeout=0.5)
+            if not self._thread.is_alive():
+                return
 
 
 @contextmanager
