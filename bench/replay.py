@@ -78,9 +78,12 @@ def tree_sum(procs: dict[int, tuple[int, tuple[int, int, int]]], root: int) -> t
 
 
 def _same_memory(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
-    """Two processes' ``(rss, anon, size)`` are one address space's: equal within 1 % (the two are read
-    one after the other while the parent's other threads go on allocating)."""
-    return a[0] > 0 and all(abs(x - y) <= max(y // 100, 4 << 20) for x, y in zip(a, b, strict=True))
+    """Two processes' ``(rss, anon, size)`` are one address space's: their anonymous and virtual sizes
+    equal within 1 % (the two are read one after the other while the parent's other threads go on
+    allocating). Not the resident size: a ``fork``'s child gets the parent's anonymous pages and mappings
+    at once, but its file-backed pages only as it touches them again — a child not yet scheduled
+    read ~6 MiB (1.2 %) below its parent under the test suite's load, and counted whole."""
+    return a[0] > 0 and all(abs(x - y) <= max(y // 100, 4 << 20) for x, y in zip(a[1:], b[1:], strict=True))
 
 
 def _tree_rss(pid: int) -> tuple[int, int, list[tuple[int, int, int]]]:
