@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
-from kraft_replay.spark.beside import POOL, beside
+from kraft_replay.spark.beside import POOL, Beside, beside
 
 
 def test_the_value_comes_back_and_the_jobs_ran_in_a_group_and_pool_of_their_own(spark) -> None:
@@ -24,6 +25,25 @@ def test_the_value_comes_back_and_the_jobs_ran_in_a_group_and_pool_of_their_own(
     assert group is not None and group.startswith("beside-")
     assert sc.statusTracker().getJobIdsForGroup(group), "its count ran in its group"
     assert sc.getLocalProperty("spark.scheduler.pool") is None  # the caller's thread is untouched
+
+
+def test_its_pool_is_the_callers_choice_its_properties_its_own_and_it_says_when_it_is_done(spark) -> None:
+    sc = spark.sparkContext
+    gate = threading.Event()
+
+    def wait() -> tuple[str | None, str | None]:
+        gate.wait(30)
+        return sc.getLocalProperty("spark.scheduler.pool"), sc.getLocalProperty("kraft.test.caller")
+
+    sc.setLocalProperty("kraft.test.caller", "mine")  # e.g. a micro-batch's execution id: not carried over
+    try:
+        job = Beside(spark, wait, pool="derive")
+        assert not job.done()
+        gate.set()
+        assert job.result() == ("derive", None)
+        assert job.done()
+    finally:
+        sc.setLocalProperty("kraft.test.caller", None)
 
 
 def test_its_error_is_raised_by_result_and_on_leaving(spark) -> None:

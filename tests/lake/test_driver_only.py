@@ -5,9 +5,12 @@ through Spark; an operation that needs a DataFrame refuses in one line."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from lake_helpers import EVENTS
 
@@ -59,6 +62,35 @@ def test_a_run_of_staged_writes_and_a_whole_table_overwrite(driver) -> None:
     assert res.removed_files > 0 and sorted(driver.read_arrow("events", ["id"]).column("id").to_pylist()) == [100, 101]
     with pytest.raises(Exception, match="replace_where .* or overwrite"):
         driver.commit_staged(driver.new_staging("events"), replace_where="part = 1", overwrite=True)
+
+
+def test_partition_stats_come_off_the_delta_log_as_readers_see_it(driver) -> None:
+    """Rows and the greatest value per partition from the files' statistics, at the published version;
+    None once a file has none (the caller counts with Spark)."""
+    driver.start_run("r1", ["events"])
+    st = driver.new_staging("events")
+    write_staged_arrow(st, _events(list(range(10))), part_id="a")
+    write_staged_arrow(st, _events([30, 31]), part_id="b")
+    driver.commit_staged(st, txn=("app-r1", 1))
+    assert driver.partition_stats("events", "part", "id") == {}  # committed, not yet published
+    driver.publish(["events"], "r1")
+    want = {p: (len(ids), max(ids)) for p in ("0", "1", "2") for ids in [[i for i in [*range(10), 30, 31] if str(i % 3) == p]]}
+    assert driver.partition_stats("events", "part", "id") == want == {"0": (5, 30), "1": (4, 31), "2": (3, 8)}
+    with pytest.raises(LakeError, match="'id' is not a partition column"):
+        driver.partition_stats("events", "id", "id")
+
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction
+
+    bare = driver.root + "/bare"  # a table whose one file was committed without statistics
+    driver.create_table("bare", EVENTS, partition_by=["part"])
+    os.makedirs(f"{bare}/part=1")
+    pq.write_table(_events([4]).drop_columns(["part"]), f"{bare}/part=1/f.parquet")
+    table = DeltaTable(bare)
+    add = AddAction("part=1/f.parquet", os.path.getsize(f"{bare}/part=1/f.parquet"), {"part": "1"},
+                    int(time.time() * 1000), True, "")
+    table.create_write_transaction([add], mode="append", schema=table.schema())
+    assert driver.partitions("bare") == [{"part": "1"}] and driver.partition_stats("bare", "part", "id") is None
 
 
 def test_merge_arrow_equals_the_spark_merge(spark, driver, tmp_path) -> None:

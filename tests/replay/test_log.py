@@ -284,8 +284,10 @@ def test_batch_level_shortcuts_equal_the_row_level_scans(spark, stage) -> None:
     """Outside :func:`L.copy_batches` an offset has one row, so the kept records need no window; without
     :func:`L.irregular_batches` the offsets present are the batches' ranges, so the gaps come from the
     batches; where no batch overlaps another either, none is divergent and the gaps come from the
-    ordering that found the overlaps (no second ordering). Each equals the row-level results on every
-    case it allows, and would be wrong on the hostile one it excludes."""
+    ordering that found the overlaps (no second ordering); outside copies, and unless a batch holds
+    data records on both sides of the replay start, the records replayed are the batches' data rows
+    from the start on. Each equals the row-level results on every case it allows, and would be wrong
+    on the hostile one it excludes."""
     copy, irregular = _clusters(L.copy_batches(stage.batches)), _clusters(L.irregular_batches(stage.batches))
     overlapping = _clusters(stage.batches.where("_overlap"))
     assert copy == {"copies", "divergence", "stray_offsets"}  # divergence: the winning batch overlaps the loser
@@ -293,11 +295,17 @@ def test_batch_level_shortcuts_equal_the_row_level_scans(spark, stage) -> None:
     assert overlapping == {"divergence", "stray_offsets"}  # a stray offset widens its batch over the next one
     batch_key = ["cluster_id", "batch_base_offset", "batch_last_offset", "batch_leader_epoch"]
     key = ["cluster_id", "offset", "source_file", "source_position"]
+    across: set[str] = set()
     for c in CASES:
         s = stage.of(c)
         if c not in copy:
             fast = L.kept_records(s.log, s.batches, copies=False)
             assert_df_equality(fast.orderBy(*key), s.kept.orderBy(*key), ignore_nullable=True)
+            replayed = L.replayed_by_batch(s.batches, s.starts)
+            if replayed is None:
+                across.add(c)
+            else:
+                assert_df_equality(replayed, L.replayed_records(s.kept, s.starts), ignore_nullable=True)
         if c not in irregular:
             fast = L.offset_gaps(s.positions, s.batches, s.starts, s.usable, by_batch=True)
             assert_df_equality(fast.orderBy("gap_lo"), s.gaps.orderBy("gap_lo"), ignore_nullable=True)
@@ -306,6 +314,9 @@ def test_batch_level_shortcuts_equal_the_row_level_scans(spark, stage) -> None:
             assert_df_equality(plain.orderBy(*batch_key), s.batches.orderBy(*batch_key), ignore_nullable=True)
             fast = L.offset_gaps(s.positions, plain, s.starts, s.usable, by_batch=True, ordered=True)
             assert_df_equality(fast.orderBy("gap_lo"), s.gaps.orderBy("gap_lo"), ignore_nullable=True)
+    assert across == {"start_102"}  # its snapshot ends inside batch 100..102
+    s = stage.of("start_102")
+    assert [r.replayed_records for r in L.replayed_records(s.kept, s.starts).collect()] == [2]  # 102 and 110
     s = stage.of("stray_offsets")
     assert [(r.gap_lo, r.gap_hi) for r in s.gaps.collect()] == [(4, 5)]
     assert L.offset_gaps(s.positions, s.batches, s.starts, s.usable, by_batch=True).isEmpty()

@@ -232,3 +232,17 @@ def test_plan_resumes_only_what_earlier_rows_did_not_change(progress, commit, no
     p = plan("c", progress, commit, now, None, None, min_records=100)  # type: ignore[arg-type]
     assert p.mode == mode, p
     assert (p.at == says) if mode == "INCREMENTAL" else (says in p.reason), p
+
+
+def test_the_log_counts_off_the_delta_log_equal_the_scan(spark, tiny_generated) -> None:
+    """A whole replay takes the log's rows and greatest offset per cluster from the Delta log's file
+    statistics (``Lake.partition_stats``): the same counts as the scan of every record."""
+    from kraft_replay.replay.incremental import bronze_counts
+
+    lake = tiny_generated.lake
+    log, control, snapshots = (lake.read(t) for t in BRONZE_INPUTS)
+    stats = lake.partition_stats("metadata_log", "cluster_id", "offset")
+    assert stats is not None and stats[tiny_generated.cluster_id][0] == log.count() > 0
+    scanned = bronze_counts(log, control, snapshots)
+    assert bronze_counts(log, control, snapshots, log_stats=stats) == scanned
+    assert scanned[tiny_generated.cluster_id].max_offset == stats[tiny_generated.cluster_id][1]

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pyarrow.compute as pc
 import pytest
 from pyspark.sql import functions as F
 
+import kraft_replay.serve.replay_stream as replay_stream
+from kraft_replay.config import DERIVE_POOL
 from kraft_replay.ingest import run_ingest
 from kraft_replay.ingest.tables import METRICS_BRONZE_TABLES, ensure_bronze_tables
 from kraft_replay.lake import Lake
@@ -128,11 +131,11 @@ def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_bat
     steps = _tiny_files(tiny_generated)
     lines: list[str] = []
 
-    def stream():  # noqa: ANN202
+    def stream(derive_every: float = 0):  # noqa: ANN202
         # a cache lag window of 60 s: the duplicate samples of the cluster's first seconds, sent at the end,
         # reach behind it (the cluster's cache_lag is then computed whole)
-        return run_stream(spark, lake, available_now=True, checkpoint=ckpt, derive_every=0, lag_window=60.0,
-                          say=lines.append)
+        return run_stream(spark, lake, available_now=True, checkpoint=ckpt, derive_every=derive_every,
+                          lag_window=60.0, say=lines.append)
 
     run_ingest(spark, lake, steps[0], cluster_id=cid, say=_quiet)
     first = stream()
@@ -140,10 +143,21 @@ def test_stream_lifecycle_on_a_generated_cluster(spark, tiny_generated, tiny_bat
     assert lake.read("log_commit").first()["last_offset"] < 1988  # only the first two segments so far
     partitions_before = lake.read("partitions").count()
 
-    # metrics alone: broker_applied and cache_lag follow without a step of the log
+    # metrics alone: broker_applied and cache_lag follow without a step of the log, derived beside the
+    # stream (due as soon as the micro-batch ends) in a thread and scheduler pool of their own
     lake.append("broker_progress", tiny_generated.lake.read("broker_progress"))
-    metrics = stream()
+    derives: list[tuple[str, str | None]] = []
+    real_derive = replay_stream.derive
+
+    def derive(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - where the derive ran
+        derives.append((threading.current_thread().name, spark.sparkContext.getLocalProperty("spark.scheduler.pool")))
+        return real_derive(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(replay_stream, "derive", derive)
+        metrics = stream(derive_every=1e-9)
     assert (metrics.batches, metrics.steps, metrics.derived) == (1, 0, 1), lines
+    assert derives == [("kraft-replay-derive", DERIVE_POOL)], lines
     assert lake.read(BROKER_APPLIED).count() > 0 and lake.read(CACHE_LAG).count() > 0
 
     # the rest in two ingest runs; a stream process is killed between its commits and its publish

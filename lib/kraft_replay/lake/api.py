@@ -578,6 +578,28 @@ class Lake:
         rows = self._impl.read(name, version=version).select(*parts).distinct().collect() if parts else []
         return [{c: (None if r[c] is None else str(r[c])) for c in parts} for r in rows]
 
+    def partition_stats(self, name: str, by: str, column: str) -> dict[str | None, tuple[int, Any]] | None:
+        """Per value of the partition column ``by`` (as the Delta log writes it: a string), the rows
+        of ``name`` as readers see it and the greatest value of ``column`` (None: no row), from the
+        add actions' statistics, without reading a data file. None when a file has no row count or,
+        holding rows, no maximum of ``column``, and on delta-spark: count with Spark then."""
+        name = _valid_name(name)
+        if self.backend != "deltars":
+            return None
+        snap = self._impl.snapshot(name, self.published_versions().get(name))
+        if by not in snap.partition_by:
+            raise InvalidArgumentError(f"partition_stats {name}: {by!r} is not a partition column")
+        stats = self._impl.file_stats(snap, [column])
+        out: dict[str | None, tuple[int, Any]] = {}
+        for f in snap.files:
+            st = stats.get(f.path)
+            if st is None or st.num_records is None or (st.num_records and column not in st.max):
+                return None
+            rows, top = out.get(f.partition_values.get(by), (0, None))
+            hi = st.max.get(column) if st.num_records else None
+            out[f.partition_values.get(by)] = (rows + st.num_records, hi if top is None else top if hi is None else max(top, hi))
+        return out
+
     def register_views(self, latest: bool = False) -> list[str]:
         """Register every table as readers see it (published version, else latest) as a Spark temp
         view named after it; ``latest=True``: the newest commits."""

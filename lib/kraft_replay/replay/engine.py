@@ -224,16 +224,15 @@ def finish_anomalies(internal: DataFrame) -> DataFrame:
         F.when(snap, F.col("_sid")).cast("long").alias("snapshot_end_offset"))
 
 
-def log_commit(starts: DataFrame, commit: DataFrame, batches: DataFrame, kept: DataFrame, gaps: DataFrame,
+def log_commit(starts: DataFrame, commit: DataFrame, batches: DataFrame, replayed: DataFrame, gaps: DataFrame,
                anomalies: DataFrame, txns: DataFrame) -> DataFrame:
-    """The ``log_commit`` table: one row per cluster (docs/design.md)."""
+    """The ``log_commit`` table: one row per cluster (docs/design.md); ``replayed``: its
+    ``replayed_records`` (:func:`kraft_replay.replay.log.replayed_records`)."""
     good = batches.where(~F.col("divergent"))
     b = good.groupBy("cluster_id").agg(
         F.max_by("batch_leader_epoch", F.struct("batch_base_offset", "batch_leader_epoch")).alias("last_batch_leader_epoch"),
         F.count(F.lit(1)).alias("batches"))
     div = batches.where(F.col("divergent")).groupBy("cluster_id").agg(F.sum("records").alias("divergent_records"))
-    replayed = (L.from_replay_start(kept.where(F.col("_copy") == 1), starts).groupBy("cluster_id")
-                .agg(F.count(F.lit(1)).alias("replayed_records")))
     g = gaps.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("offset_gaps"))
     a = anomalies.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("anomalies"))
     o = txns.where(F.col("outcome") == "OPEN").groupBy("cluster_id").agg(F.max("offset").alias("open_transaction_offset"))
@@ -379,7 +378,11 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     tables["replay_anomalies"] = conform(anomalies, "replay_anomalies")
     commit = checkpoint(L.commit_certainty(batches, usable, starts))
     tables["log_batches"] = conform(L.log_batches_table(batches, commit, spans, starts), "log_batches")
-    tables["log_commit"] = log_commit(starts, commit, batches, kept, gaps, anomalies, txns)
+    # one row per offset (the usual log): the records replayed are the batches' data rows from the
+    # start on, unless a batch holds some on both sides of it (the bronze is not scanned for them)
+    replayed = None if multi else L.replayed_by_batch(batches, starts)
+    tables["log_commit"] = log_commit(starts, commit, batches, replayed if replayed is not None else L.replayed_records(kept, starts),
+                                      gaps, anomalies, txns)
     assert resume is not None or set(tables) == set(SILVER_TABLES)
     return ReplayTables(tables, L.divergent_quarantine(log, batches),
                         {"batches": batches, "starts": starts, "loads": loads, "records": recs, "spans": spans,

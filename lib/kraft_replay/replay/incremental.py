@@ -79,10 +79,14 @@ def _is_log(control: DataFrame) -> F.Column:
 
 
 def bronze_counts(log: DataFrame, control: DataFrame, snapshots: DataFrame,
-                  through: dict[str, int] | None = None) -> dict[str, BronzeCounts]:
+                  through: dict[str, int] | None = None,
+                  log_stats: dict[str, tuple[int, int | None]] | None = None) -> dict[str, BronzeCounts]:
     """Per cluster: the rows of the three bronze log tables (control rows of the log apart from
     those of snapshot files), the greatest log offset, and the log rows after ``through[cluster]``.
-    Three small aggregates."""
+    Three small aggregates; ``log_stats`` (not with ``through``): the log's rows and greatest offset
+    per cluster of ``log``, known already (``Lake.partition_stats``: the Delta log's file statistics),
+    so that the log — every record — is not scanned for them."""
+    assert not (through and log_stats is not None), "the rows after an offset are counted in the log"
     thr = through or {}
     after = (F.col("offset") > F.create_map(*[F.lit(x) for kv in thr.items() for x in kv])[F.col("cluster_id")]
              if thr else F.lit(False))
@@ -91,8 +95,10 @@ def bronze_counts(log: DataFrame, control: DataFrame, snapshots: DataFrame,
     def get(c: str) -> BronzeCounts:
         return out.setdefault(c, BronzeCounts())
 
-    for r in log.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("n"), F.max("offset").alias("mx"),
-                                           F.count_if(F.coalesce(after, F.lit(False))).alias("a")).collect():
+    rows = (log.groupBy("cluster_id").agg(F.count(F.lit(1)).alias("n"), F.max("offset").alias("mx"),
+                                          F.count_if(F.coalesce(after, F.lit(False))).alias("a")).collect()
+            if log_stats is None else [{"cluster_id": c, "n": n, "mx": mx, "a": 0} for c, (n, mx) in log_stats.items() if n])
+    for r in rows:
         b = get(r["cluster_id"])
         b.log_rows, b.log_after = r["n"], r["a"]
         b.max_offset = r["mx"] if b.max_offset is None else max(b.max_offset, r["mx"])

@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 __all__ = [
     "BEGIN_TRANSACTION", "END_TRANSACTION", "ABORT_TRANSACTION", "NO_OP", "BUCKET",
     "log_positions", "log_batches", "batch_overlaps", "divergent_batches", "no_divergent", "mark_divergent", "copy_batches", "irregular_batches", "divergent_quarantine", "kept_records",
-    "copy_digests", "from_replay_start", "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
+    "copy_digests", "from_replay_start", "replayed_records", "replayed_by_batch", "conflicting_copies", "snapshot_catalog", "usable_snapshots", "incomplete_snapshots", "replay_starts",
     "mid_stream_anomalies", "offset_gaps", "gap_anomalies", "snapshot_loads", "transactions",
     "transaction_anomalies", "applied_records", "commit_certainty", "log_batches_table", "image_offsets",
 ]
@@ -113,8 +113,8 @@ def log_batches(positions: DataFrame) -> DataFrame:
     """Facts §5.1: one row per log batch (identical copies are one): ``cluster_id,
     batch_base_offset, batch_last_offset, batch_leader_epoch, append_time, is_control, records``
     (distinct offsets present), and what the later stages read instead of the rows: ``_rows`` (rows,
-    copies included) and ``_min_offset`` / ``_max_offset`` (the offsets present; a hostile batch's
-    records can lie outside its header's range). ``records`` without a set per batch: a row inside
+    copies included), ``_data_rows`` (those of data records) and ``_min_offset`` / ``_max_offset``
+    (the offsets present; a hostile batch's records can lie outside its header's range). ``records`` without a set per batch: a row inside
     its batch's header range, when that range spans at most 64 offsets, sets the bit ``offset − base``
     of a mask (``bit_or``: a plain hash aggregate, copies set the same bit), and the batch counts the
     mask's bits; the other rows — wider batches, offsets outside the header's range — are counted as
@@ -128,13 +128,14 @@ def log_batches(positions: DataFrame) -> DataFrame:
     masks = p.groupBy("cluster_id", *_BATCH).agg(
         F.max("append_time").alias("append_time"), F.bool_or("is_control").alias("is_control"),
         F.bit_or(F.when(F.col("_in"), bit)).alias("_mask"), F.count(F.lit(1)).alias("_rows"),
+        F.count_if(~F.col("is_control")).alias("_data_rows"),
         F.min("offset").alias("_min_offset"), F.max("offset").alias("_max_offset"))
     rest = (p.where(~F.col("_in")).groupBy("cluster_id", *_BATCH)
             .agg(F.size(F.collect_set("offset")).alias("_rest")))
     records = F.coalesce(F.bit_count("_mask"), F.lit(0)) + F.coalesce(F.col("_rest"), F.lit(0))
     return masks.join(rest, ["cluster_id", *_BATCH], "left").select(
         "cluster_id", *_BATCH, "append_time", "is_control", records.cast("int").alias("records"),
-        "_rows", "_min_offset", "_max_offset")
+        "_rows", "_data_rows", "_min_offset", "_max_offset")
 
 
 def batch_overlaps(batches: DataFrame) -> DataFrame:
@@ -283,6 +284,32 @@ def from_replay_start(df: DataFrame, starts: DataFrame) -> DataFrame:
     no size statistics and a file scan has, so left to its estimates Spark broadcast the log rows."""
     return (df.join(F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
             .where(F.col("offset") >= F.col("replay_start_offset")))
+
+
+def replayed_records(kept: DataFrame, starts: DataFrame) -> DataFrame:
+    """``log_commit.replayed_records``: per cluster, the data records replay reads — the kept copy
+    of each offset (:func:`kept_records`) from the replay start on."""
+    return (from_replay_start(kept.where(F.col("_copy") == 1), starts).groupBy("cluster_id")
+            .agg(F.count(F.lit(1)).alias("replayed_records")))
+
+
+def _with_start(batches: DataFrame, starts: DataFrame) -> DataFrame:
+    return batches.where(~F.col("divergent")).join(F.broadcast(starts.select("cluster_id", "replay_start_offset")),
+                                                   "cluster_id")
+
+
+def replayed_by_batch(batches: DataFrame, starts: DataFrame) -> DataFrame | None:
+    """:func:`replayed_records` from the batches (``batches``: :func:`divergent_batches` or
+    :func:`no_divergent`) without the records, for a log with one row per offset (no
+    :func:`copy_batches`: the caller knows): the data rows of the non-divergent batches at or after
+    the replay start. None when a batch holds data records on both sides of it (one cheap check of
+    the batches): the caller counts the records."""
+    b = _with_start(batches, starts)
+    start = F.col("replay_start_offset")
+    across = (F.col("_data_rows") > 0) & (F.col("_min_offset") < start) & (F.col("_max_offset") >= start)
+    if not b.where(across).isEmpty():
+        return None
+    return b.where(F.col("_min_offset") >= start).groupBy("cluster_id").agg(F.sum("_data_rows").alias("replayed_records"))
 
 
 def conflicting_copies(copies: DataFrame, starts: DataFrame) -> DataFrame:

@@ -303,7 +303,11 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
         only = F.col("cluster_id").isin(*clusters)
         log, control, snapshots = log.where(only), control.where(only), snapshots.where(only)
     else:
-        counts = inc.bronze_counts(log, control, snapshots)
+        # the log's rows and greatest offset off the Delta log when its files have statistics (a scan of
+        # every record otherwise: ~3.5 s at 10M)
+        stats = lake.partition_stats("metadata_log", "cluster_id", "offset")
+        counts = inc.bronze_counts(log, control, snapshots,
+                                   log_stats=None if stats is None else {c: stats[c] for c in clusters if c in stats})
         plans = [inc.Plan(c, "FULL", "a full replay was asked for", counts=counts.get(c, inc.BronzeCounts()))
                  for c in clusters]
     with sized_run(spark, sum(p.counts.log_rows + p.counts.snapshot_rows for p in plans)):

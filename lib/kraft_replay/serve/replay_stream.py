@@ -12,7 +12,6 @@ restart resumes where the last run stopped.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -164,6 +163,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     from kraft_replay.lake.stream import sink_app_id
     from kraft_replay.replay.live_stream import OUTPUT, LiveReplay, changes, ensure_silver_tables, micro_batch
     from kraft_replay.replay.run import check_bronze
+    from kraft_replay.spark.beside import Beside
 
     started = time.monotonic()
     report = LiveReport()
@@ -193,8 +193,7 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
     # two writers had made 500 versions, growing)
     sink_lake = Lake(lake.root, None, backend="deltars", target_file_rows=lake.target_file_rows,
                      storage_options=getattr(lake._impl, "storage_options", None))
-    worker: list[threading.Thread] = []
-    failed: list[BaseException] = []
+    derive_job: list[Beside] = []  # the derive running beside the stream, if any
     requested: list[tuple[list[str], pa.Table]] = []  # images at the offsets asked for, derived, not yet written
 
     def write_requested() -> None:
@@ -202,40 +201,29 @@ def run_stream(spark: SparkSession, lake, *, cluster_id: str | None = None,  # n
             clusters, rows = requested.pop(0)
             write_requested_images(sink_lake, clusters, rows, say=lambda s: say("  " + s.strip()))
 
-    def run_derive(clusters: list[str], pool: str | None = None) -> None:
+    def run_derive(clusters: list[str]) -> None:
         t0 = time.time()
-        try:
-            if pool is not None:  # the thread's jobs in a pool of their own, beside the stream's (STREAM_CONF)
-                spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
-            images = derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()))
-            if images is not None:
-                requested.append((clusters, images))  # written by the sink (:func:`write_requested_images`)
-        except BaseException as exc:  # noqa: BLE001 - raised in the stream's thread (due)
-            failed.append(exc)
-            return
+        images = derive(spark, derive_lake, clusters, image_at=image_at, say=lambda s: say("  " + s.strip()))
+        if images is not None:
+            requested.append((clusters, images))  # written by the sink (:func:`write_requested_images`)
         report.derived += 1
         say(f"derived tables of {', '.join(clusters)} in {time.time() - t0:.1f} s")
 
     def due(force: bool = False) -> None:
         """Start the derive when it is due (``force``: now, and wait for it); a failed one raises here."""
-        if worker and worker[0].is_alive():
-            if not force:
+        if derive_job:
+            if not (force or derive_job[0].done()):
                 return
-            worker[0].join()
-        if failed:
-            raise failed.pop()
+            derive_job.pop().result()  # its error, if it failed, stops the stream here
         if pending and (force or time.monotonic() - last_derive[0] >= derive_every):
             clusters = sorted(pending)
             pending.clear()
             last_derive[0] = time.monotonic()
             if force or derive_every == 0:
                 run_derive(clusters)
-                if failed:
-                    raise failed.pop()
-            else:
-                worker[:] = [threading.Thread(target=run_derive, args=(clusters, DERIVE_POOL),
-                                              name="kraft-replay-derive", daemon=True)]
-                worker[0].start()
+            else:  # its jobs in a pool of their own, beside the stream's (STREAM_CONF)
+                derive_job.append(Beside(spark, lambda: run_derive(clusters), pool=DERIVE_POOL,
+                                         name="kraft-replay-derive"))
 
     def sink(batch, batch_id: int) -> None:  # noqa: ANN001 - a DataFrame
         if not query_id:

@@ -8,6 +8,7 @@ cores, and each side's driver work overlaps the other's tasks.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,28 +23,34 @@ T = TypeVar("T")
 
 
 class Beside(Generic[T]):
-    """``fn()`` running in a thread of its own (PySpark's ``InheritableThread``: the caller's local
-    properties, a JVM thread of its own), its Spark jobs in a job group of their own."""
+    """``fn()`` running in a thread of its own, its Spark jobs in a job group of their own and in the
+    scheduler pool ``pool``. The thread's local properties are these two alone: nothing of the caller's
+    is carried over (a thread started from a streaming micro-batch would otherwise carry that batch's
+    SQL execution ids into work that outlives it)."""
 
-    def __init__(self, spark, fn: Callable[[], T]) -> None:  # noqa: ANN001 - a SparkSession
-        from pyspark import InheritableThread
-
+    def __init__(self, spark, fn: Callable[[], T], *, pool: str = POOL,  # noqa: ANN001 - a SparkSession
+                 name: str = "kraft-replay-beside") -> None:
         self._sc = spark.sparkContext
         self._group = f"beside-{uuid.uuid4().hex[:12]}"
         self._value: T | None = None
         self._error: BaseException | None = None
 
         def run() -> None:
+            # pinned thread mode: this thread's calls run on a JVM thread of its own, with its own properties
             self._sc.setJobGroup(self._group, "run beside the caller's jobs", interruptOnCancel=False)
             # under FAIR scheduling a pool of its own: the caller's jobs and these take the free cores in turn
-            self._sc.setLocalProperty("spark.scheduler.pool", POOL)
+            self._sc.setLocalProperty("spark.scheduler.pool", pool)
             try:
                 self._value = fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
                 self._error = exc
 
-        self._thread = InheritableThread(target=run, daemon=True)
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
         self._thread.start()
+
+    def done(self) -> bool:
+        """Whether ``fn`` has ended (:meth:`result` then returns at once)."""
+        return not self._thread.is_alive()
 
     def result(self) -> T:
         """Wait for ``fn``; its value, or its exception raised here."""
@@ -75,3 +82,4 @@ def beside(spark, fn: Callable[[], T]) -> Iterator[Beside[T]]:  # noqa: ANN001 -
         job.cancel()
         raise
     job.result()
+
