@@ -78,6 +78,12 @@ def test_partition_stats_come_off_the_delta_log_as_readers_see_it(driver) -> Non
     assert driver.partition_stats("events", "part", "id") == want == {"0": (5, 30), "1": (4, 31), "2": (3, 8)}
     with pytest.raises(LakeError, match="'id' is not a partition column"):
         driver.partition_stats("events", "id", "id")
+    first = driver.published_versions()["events"]
+    st = driver.new_staging("events")
+    write_staged_arrow(st, _events([40]), part_id="c")
+    driver.commit_staged(st)  # outside a run: published at once
+    assert driver.partition_stats("events", "part", "id")["1"] == (5, 40)
+    assert driver.partition_stats("events", "part", "id", version=first) == want  # an older version named
 
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction

@@ -126,7 +126,10 @@ def rerun(spark, replayed):  # noqa: ANN201
     """``txn_commit`` replayed again on the module's lake (``run_replay(cluster_id=...)``): the
     ``image_snapshots`` rows before it, its summary, and the executed plan of the ``log_commit`` frame
     its job built (``replay_tables``' result, planned on the settings the run was on) with
-    ``spark.sql.adaptive.enabled`` then."""
+    ``spark.sql.adaptive.enabled`` then, and that of the replayed records counted in the kept log rows
+    (:func:`kraft_replay.replay.log.replayed_records`, what ``log_commit`` reads when the batches cannot
+    tell) of the same job."""
+    import kraft_replay.replay.log as L
     import kraft_replay.replay.run as replay_run
 
     lake = replayed[0]
@@ -135,8 +138,10 @@ def rerun(spark, replayed):  # noqa: ANN201
 
     def planned(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the job's frames, their plan kept
         res = tables(*args, **kwargs)
+        counted = L.replayed_records(res.stages["kept"], res.stages["starts"])
         plans.append((spark.conf.get("spark.sql.adaptive.enabled"),
-                      res["log_commit"]._jdf.queryExecution().executedPlan().toString()))
+                      res["log_commit"]._jdf.queryExecution().executedPlan().toString(),
+                      counted._jdf.queryExecution().executedPlan().toString()))
         return res
 
     with pytest.MonkeyPatch.context() as mp:
@@ -427,17 +432,20 @@ def _broadcast_bronze_scans(plan: str) -> list[str]:
 
 
 def test_log_commit_never_broadcasts_the_log_rows(rerun) -> None:
-    """The replayed records of ``log_commit`` are the kept log rows from each cluster's replay start:
-    the one-row-per-cluster starts are the broadcast side. (Left to its estimates Spark broadcast the
-    kept rows — a checkpoint has no size statistics, a file scan has — 10M rows at 10M records, and a
-    2 GiB driver ran out of memory building the table.) Clusters whose batches hold one copy of each
-    offset, the usual log: their kept rows are read from the bronze files, not materialised. (The plan
-    of the job ``rerun`` ran, ``txn_commit`` replayed from the lake's bronze tables: the join sides are
-    the static planner's choice, with adaptive execution as without it; a run of this size is planned
+    """The replayed records of ``log_commit`` are the kept log rows from each cluster's replay start.
+    A log with one copy of each offset and its replay start at a batch's base (``txn_commit``) counts
+    them from the batches: the log rows are not read at all. Counted in the rows, the
+    one-row-per-cluster starts are the broadcast side. (Left to its estimates Spark broadcast the kept
+    rows — a checkpoint has no size statistics, a file scan has — 10M rows at 10M records, and a 2 GiB
+    driver ran out of memory building the table.) Clusters whose batches hold one copy of each offset,
+    the usual log: their kept rows are read from the bronze files, not materialised. (The plans of the
+    job ``rerun`` ran, ``txn_commit`` replayed from the lake's bronze tables: the join sides are the
+    static planner's choice, with adaptive execution as without it; a run of this size is planned
     without it, on the small-run settings, so the checkpoints are not computed while planning.)"""
     from kraft_replay.spark import SMALL_RUN_CONF
 
-    adaptive, plan = rerun[2]
+    adaptive, plan, counted = rerun[2]
     assert adaptive == SMALL_RUN_CONF["spark.sql.adaptive.enabled"] == "false"
-    assert "FileScan parquet [offset" in plan, plan  # the kept rows are read from the bronze files in this plan
-    assert _broadcast_bronze_scans(plan) == [], plan
+    assert "FileScan parquet" not in plan and "sum(_data_rows" in plan, plan  # from the batches
+    assert "FileScan parquet [offset" in counted, counted  # the kept rows are read from the bronze files
+    assert _broadcast_bronze_scans(counted) == [], counted

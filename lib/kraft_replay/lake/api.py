@@ -578,15 +578,17 @@ class Lake:
         rows = self._impl.read(name, version=version).select(*parts).distinct().collect() if parts else []
         return [{c: (None if r[c] is None else str(r[c])) for c in parts} for r in rows]
 
-    def partition_stats(self, name: str, by: str, column: str) -> dict[str | None, tuple[int, Any]] | None:
+    def partition_stats(self, name: str, by: str, column: str,
+                        version: int | None = None) -> dict[str | None, tuple[int, Any]] | None:
         """Per value of the partition column ``by`` (as the Delta log writes it: a string), the rows
-        of ``name`` as readers see it and the greatest value of ``column`` (None: no row), from the
-        add actions' statistics, without reading a data file. None when a file has no row count or,
-        holding rows, no maximum of ``column``, and on delta-spark: count with Spark then."""
+        of ``name`` at ``version`` (None: as readers see it) and the greatest value of ``column``
+        (None: no row), from the add actions' statistics, without reading a data file. None when a
+        file has no row count or, holding rows, no maximum of ``column``, and on delta-spark: count
+        with Spark then."""
         name = _valid_name(name)
         if self.backend != "deltars":
             return None
-        snap = self._impl.snapshot(name, self.published_versions().get(name))
+        snap = self._impl.snapshot(name, self.published_versions().get(name) if version is None else version)
         if by not in snap.partition_by:
             raise InvalidArgumentError(f"partition_stats {name}: {by!r} is not a partition column")
         stats = self._impl.file_stats(snap, [column])

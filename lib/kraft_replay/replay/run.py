@@ -40,6 +40,7 @@ __all__ = ["ReplayError", "ReplaySummary", "run_replay", "run_broker_applied", "
            "QUARANTINE", "BRONZE_INPUTS", "PROGRESS"]
 
 BRONZE_INPUTS = ("metadata_log", "metadata_control", "snapshot_records")
+LOG = BRONZE_INPUTS[0]
 QUARANTINE = "ingest_quarantine"
 PROGRESS = "broker_progress"
 
@@ -117,10 +118,16 @@ def check_bronze(lake) -> None:  # noqa: ANN001 - a Lake
                           f"{lake.root}` (or `kraft-replay generate`) first")
 
 
-def _read_bronze(lake, clusters: Sequence[str] | None) -> tuple[DataFrame, DataFrame, DataFrame]:  # noqa: ANN001 - a Lake
+def _read_bronze(lake, clusters: Sequence[str] | None) -> tuple[DataFrame, DataFrame, DataFrame, int]:  # noqa: ANN001 - a Lake
+    """The three bronze input tables as readers see them, and the version of ``metadata_log`` read
+    (named, so that counts taken off its statistics are of the rows read, whatever an ingest
+    publishes meanwhile)."""
     check_bronze(lake)
     where = None if clusters is None else cluster_where(list(clusters))
-    return tuple(lake.read(t, where=where) for t in BRONZE_INPUTS)  # type: ignore[return-value]
+    log_version = lake.published_versions().get(LOG)
+    log_version = lake.version(LOG) if log_version is None else log_version
+    control, snapshots = (lake.read(t, where=where) for t in BRONZE_INPUTS[1:])
+    return lake.read(LOG, version=log_version, where=where), control, snapshots, log_version
 
 
 def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa: ANN001 - a Lake
@@ -146,7 +153,7 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
     wanted = [cluster_id] if cluster_id is not None else (None if clusters is None else sorted(set(clusters)))
     if wanted == []:
         raise ReplayError("clusters: an empty list (pass None for every cluster)")
-    log, control, snapshots = _read_bronze(lake, wanted)
+    log, control, snapshots, log_version = _read_bronze(lake, wanted)
     clusters = bronze_clusters(lake, wanted)
     if not clusters:
         what = f"cluster {cluster_id!r}" if cluster_id is not None else "any cluster"
@@ -155,7 +162,8 @@ def run_replay(spark: SparkSession, lake, cluster_id: str | None = None,  # noqa
     say(f"replay {run_id}: {len(clusters)} cluster(s): {', '.join(clusters)}")
     ckpt = checkpoint or cut
     if not incremental:
-        return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at))
+        return _run(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at),
+                    log_version=log_version)
     return _run_incremental(spark, lake, run_id, clusters, log, control, snapshots, ckpt, say, t0, list(image_at),
                             resume_min_records)
 
@@ -294,9 +302,11 @@ def _write_progress(spark: SparkSession, lake, run_id: str, plans: list, through
 
 def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataFrame, control: DataFrame,  # noqa: ANN001, PLR0913
          snapshots: DataFrame, ckpt: Callable[[DataFrame], DataFrame], say: Callable[[str], None], t0: float,
-         image_at: list[int], plans: list | None = None) -> ReplaySummary:
+         image_at: list[int], plans: list | None = None, log_version: int | None = None) -> ReplaySummary:
     """A whole replay of ``clusters`` (``plans``: those an incremental run replays whole; None: every
-    cluster read) in one run, on interpreted expressions when their bronze rows are few (:func:`sized_run`)."""
+    cluster read) in one run, on interpreted expressions when their bronze rows are few (:func:`sized_run`).
+    ``log_version``: the version of ``metadata_log`` that ``log`` reads (its counts are then taken off
+    that version's file statistics); None: counted in ``log``."""
     from kraft_replay.replay import incremental as inc
 
     if plans is not None:  # the clusters replayed whole by an incremental run: only theirs
@@ -305,7 +315,7 @@ def _run(spark: SparkSession, lake, run_id: str, clusters: list[str], log: DataF
     else:
         # the log's rows and greatest offset off the Delta log when its files have statistics (a scan of
         # every record otherwise: ~3.5 s at 10M)
-        stats = lake.partition_stats("metadata_log", "cluster_id", "offset")
+        stats = None if log_version is None else lake.partition_stats(LOG, "cluster_id", "offset", version=log_version)
         counts = inc.bronze_counts(log, control, snapshots,
                                    log_stats=None if stats is None else {c: stats[c] for c in clusters if c in stats})
         plans = [inc.Plan(c, "FULL", "a full replay was asked for", counts=counts.get(c, inc.BronzeCounts()))
