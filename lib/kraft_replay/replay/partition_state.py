@@ -49,7 +49,8 @@ VERSION, ANOMALY, CLOSED, IMAGE, LEADER = 0, 1, 2, 3, 4
 #: one row per event: ``kind`` PR (PartitionRecord), PC (PartitionChangeRecord), S (a loaded
 #: snapshot's partition), T (a topic's removal: tombstone candidate), SA (absent from a loaded
 #: snapshot: deletion candidate); ``r_*`` the record's values with Kafka's sentinels as nulls;
-#: ``_vtime`` µs; ``_t_exists`` / ``_t_name`` the topic just before the event
+#: ``_vtime`` µs; ``_t_exists`` / ``_t_name`` the topic just before the event (its name on PR and S
+#: events only: the state reads it on resets alone)
 STATE_INPUT = (
     "cluster_id string, _sid long, topic_id string, partition_id int, kind string, "
     + ", ".join(f"r_{x} array<int>" for x in LISTS)
