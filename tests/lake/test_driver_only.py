@@ -74,8 +74,8 @@ def test_partition_stats_come_off_the_delta_log_as_readers_see_it(driver) -> Non
     driver.commit_staged(st, txn=("app-r1", 1))
     assert driver.partition_stats("events", "part", "id") == {}  # committed, not yet published
     driver.publish(["events"], "r1")
-    want = {p: (len(ids), max(ids)) for p in ("0", "1", "2") for ids in [[i for i in [*range(10), 30, 31] if str(i % 3) == p]]}
-    assert driver.partition_stats("events", "part", "id") == want == {"0": (5, 30), "1": (4, 31), "2": (3, 8)}
+    want = {"0": (5, 30), "1": (4, 31), "2": (3, 8)}  # ids 0..9, 30, 31 by id % 3
+    assert driver.partition_stats("events", "part", "id") == want
     with pytest.raises(LakeError, match="'id' is not a partition column"):
         driver.partition_stats("events", "id", "id")
     first = driver.published_versions()["events"]

@@ -588,7 +588,7 @@ class Lake:
         name = _valid_name(name)
         if self.backend != "deltars":
             return None
-        snap = self._impl.snapshot(name, self.published_versions().get(name) if version is None else version)
+        snap = self._impl.snapshot(name, self.published_version(name) if version is None else version)
         if by not in snap.partition_by:
             raise InvalidArgumentError(f"partition_stats {name}: {by!r} is not a partition column")
         stats = self._impl.file_stats(snap, [column])
@@ -597,9 +597,10 @@ class Lake:
             st = stats.get(f.path)
             if st is None or st.num_records is None or (st.num_records and column not in st.max):
                 return None
-            rows, top = out.get(f.partition_values.get(by), (0, None))
-            hi = st.max.get(column) if st.num_records else None
-            out[f.partition_values.get(by)] = (rows + st.num_records, hi if top is None else top if hi is None else max(top, hi))
+            key = f.partition_values.get(by)
+            rows, top = out.get(key, (0, None))
+            tops = [v for v in (top, st.max.get(column) if st.num_records else None) if v is not None]
+            out[key] = (rows + st.num_records, max(tops) if tops else None)
         return out
 
     def register_views(self, latest: bool = False) -> list[str]:

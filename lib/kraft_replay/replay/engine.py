@@ -381,8 +381,9 @@ def replay_tables(log: DataFrame, control: DataFrame, snapshots: DataFrame, *, h
     # one row per offset (the usual log): the records replayed are the batches' data rows from the
     # start on, unless a batch holds some on both sides of it (the bronze is not scanned for them)
     replayed = None if multi else L.replayed_by_batch(batches, starts)
-    tables["log_commit"] = log_commit(starts, commit, batches, replayed if replayed is not None else L.replayed_records(kept, starts),
-                                      gaps, anomalies, txns)
+    if replayed is None:
+        replayed = L.replayed_records(kept, starts)
+    tables["log_commit"] = log_commit(starts, commit, batches, replayed, gaps, anomalies, txns)
     assert resume is not None or set(tables) == set(SILVER_TABLES)
     return ReplayTables(tables, L.divergent_quarantine(log, batches),
                         {"batches": batches, "starts": starts, "loads": loads, "records": recs, "spans": spans,

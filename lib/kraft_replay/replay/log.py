@@ -114,8 +114,8 @@ def log_batches(positions: DataFrame) -> DataFrame:
     batch_base_offset, batch_last_offset, batch_leader_epoch, append_time, is_control, records``
     (distinct offsets present), and what the later stages read instead of the rows: ``_rows`` (rows,
     copies included), ``_data_rows`` (those of data records) and ``_min_offset`` / ``_max_offset``
-    (the offsets present; a hostile batch's records can lie outside its header's range). ``records`` without a set per batch: a row inside
-    its batch's header range, when that range spans at most 64 offsets, sets the bit ``offset − base``
+    (the offsets present; a hostile batch's records can lie outside its header's range).
+    ``records`` without a set per batch: a row inside its batch's header range, when that range spans at most 64 offsets, sets the bit ``offset − base``
     of a mask (``bit_or``: a plain hash aggregate, copies set the same bit), and the batch counts the
     mask's bits; the other rows — wider batches, offsets outside the header's range — are counted as
     a set, batch by batch, in an aggregate of their own (none in most logs; it scans the positions a
@@ -293,18 +293,14 @@ def replayed_records(kept: DataFrame, starts: DataFrame) -> DataFrame:
             .agg(F.count(F.lit(1)).alias("replayed_records")))
 
 
-def _with_start(batches: DataFrame, starts: DataFrame) -> DataFrame:
-    return batches.where(~F.col("divergent")).join(F.broadcast(starts.select("cluster_id", "replay_start_offset")),
-                                                   "cluster_id")
-
-
 def replayed_by_batch(batches: DataFrame, starts: DataFrame) -> DataFrame | None:
     """:func:`replayed_records` from the batches (``batches``: :func:`divergent_batches` or
     :func:`no_divergent`) without the records, for a log with one row per offset (no
     :func:`copy_batches`: the caller knows): the data rows of the non-divergent batches at or after
     the replay start. None when a batch holds data records on both sides of it (one cheap check of
     the batches): the caller counts the records."""
-    b = _with_start(batches, starts)
+    b = batches.where(~F.col("divergent")).join(
+        F.broadcast(starts.select("cluster_id", "replay_start_offset")), "cluster_id")
     start = F.col("replay_start_offset")
     across = (F.col("_data_rows") > 0) & (F.col("_min_offset") < start) & (F.col("_max_offset") >= start)
     if not b.where(across).isEmpty():

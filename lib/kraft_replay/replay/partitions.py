@@ -303,9 +303,9 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
     ev = _with_topic_state(ev, topic_annotated)
     # the topic's name is read on resets alone (a PartitionRecord, a snapshot's partition): null on the
     # other events, it does not cross the shuffle and the hand-off to Python (~8 of 106 MB a task at 10M)
-    named = F.when(F.col("kind").isin("PR", "S"), F.col("_t_name"))
-    inp = ev.select(*[F.unix_micros("_vtime").alias(c) if c == "_vtime" else
-                      (named if c == "_t_name" else F.col(c)).cast(t).alias(c) for c, t in _INPUT])
+    ev = ev.withColumn("_t_name", F.when(F.col("kind").isin("PR", "S"), F.col("_t_name")))
+    inp = ev.select(*[F.unix_micros("_vtime").alias(c) if c == "_vtime" else F.col(c).cast(t).alias(c)
+                      for c, t in _INPUT])
     n = rows if rows is not None else _rows(recs.select("offset"))
     tasks = tasks_holding(recs.sparkSession, n, TASK_ROWS)
     state = inp.repartition(tasks, *STREAM, *KEY).mapInArrow(

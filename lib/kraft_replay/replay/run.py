@@ -124,8 +124,9 @@ def _read_bronze(lake, clusters: Sequence[str] | None) -> tuple[DataFrame, DataF
     publishes meanwhile)."""
     check_bronze(lake)
     where = None if clusters is None else cluster_where(list(clusters))
-    log_version = lake.published_versions().get(LOG)
-    log_version = lake.version(LOG) if log_version is None else log_version
+    log_version = lake.published_version(LOG)
+    if log_version is None:  # never published: readers see its latest version
+        log_version = lake.version(LOG)
     control, snapshots = (lake.read(t, where=where) for t in BRONZE_INPUTS[1:])
     return lake.read(LOG, version=log_version, where=where), control, snapshots, log_version
 

@@ -82,4 +82,3 @@ def beside(spark, fn: Callable[[], T]) -> Iterator[Beside[T]]:  # noqa: ANN001 -
         job.cancel()
         raise
     job.result()
-
