@@ -4,7 +4,7 @@ tables from the same rows, in the same run.
 
     flock /tmp/kraft-heavy.lock .venv/bin/python bench/replay.py [--scenario medium] [--cut 1000000]
         [--no-sequential] [--driver-memory 8g] [--data-dir DIR] [--copy-files] [--cli]
-        [--backends deltars,delta-spark]
+        [--backends deltars,delta-spark] [--floor]
 
 The Spark replay runs in a child process (its JVM is gone before the sequential replay runs: at 10M
 records the sequential replay's own tables take most of the machine's memory; it writes its closed
@@ -22,6 +22,13 @@ on the same rows and the ratio. Speed is measured here, never asserted in tests.
 driver memory on a copy of the whole bronze lake (``broker_progress`` too, so ``broker_applied`` and
 ``cache_lag`` are written after the silver tables), each of its progress lines stamped with the seconds
 since the process started, and its peak RSS. The targets hold for this figure too.
+
+``--floor`` also times, in the Spark child after the replay (its JVM warm), what any Spark replay of
+these rows must do besides applying the rules: the log's batches aggregated from every row's
+position, and the partition events (the bulk of the records) shuffled by partition into the
+replay's tasks, handed to Python on Arrow batches and written there as Parquet, with no rule
+applied. The sequential replay's time over that floor bounds the ratio any Spark replay could reach
+on this machine.
 
 ``--backends deltars,delta-spark`` replays the same bronze rows into a lake of each backend, one child
 after the other, and prints native / embedded (issue 48: the embedded default stays unless native
@@ -210,9 +217,62 @@ def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
         spark_s = time.perf_counter() - t
     for line in summary.lines():
         print(line)
+    floor = io_floor(out, records, out_root / "_floor") if args.floor else None
     spark.stop()
     return {"records": records, "spark_s": spark_s, "rss": rss.peak, "rss_anon": rss.peak_anon,
-            "at_peak": rss.at_peak}
+            "at_peak": rss.at_peak, "floor": floor}
+
+
+def io_floor(lake, records: int, scratch: Path) -> dict[str, float]:  # noqa: ANN001 - a Lake
+    """The seconds of what any Spark replay of ``lake``'s bronze rows does besides applying the rules
+    (the module docstring's ``--floor``), each part timed alone: ``batches``, the log's batches from
+    every row's position (one aggregate, the table's columns); ``partition_events``, the partition
+    records as the partitions' state reads them (:data:`~kraft_replay.replay.partition_state.STATE_INPUT`),
+    shuffled by partition into the replay's tasks and written as Parquet by the Python workers."""
+    from pyspark.sql import functions as F
+
+    from kraft_replay.replay import log as L
+    from kraft_replay.replay.partitions import KEY, TASK_ROWS, partition_events
+    from kraft_replay.replay.partition_state import STATE_INPUT
+    from kraft_replay.replay.versioning import MAIN, STREAM
+    from kraft_replay.spark import tasks_holding
+    from kraft_replay.spark.arrow import ddl_fields
+
+    log, control = lake.read("metadata_log"), lake.read("metadata_control")
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def timed(df) -> float:  # noqa: ANN001 - a DataFrame
+        t = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - t
+
+    recs = log.select("*", F.lit(MAIN).cast("long").alias("_sid"), F.col("offset").alias("_vis"),
+                      F.col("append_time").alias("_vtime"))
+    ev = partition_events(recs)
+    inp = ev.select(*[(F.unix_micros("_vtime") if c == "_vtime" else F.col(c) if c in ev.columns else F.lit(None))
+                      .cast(t).alias(c) for c, t in ddl_fields(STATE_INPUT)])
+    tasks = tasks_holding(lake.spark, records, TASK_ROWS)
+    out = str(scratch)
+
+    def write_parquet(batches):  # noqa: ANN001, ANN202 - Arrow batches in, none out
+        import uuid
+
+        import pyarrow.parquet as pq
+
+        writer = None
+        for b in batches:
+            if writer is None:
+                writer = pq.ParquetWriter(f"{out}/{uuid.uuid4().hex}.parquet", b.schema)
+            writer.write_batch(b)
+        if writer is not None:
+            writer.close()
+        return iter(())
+
+    try:
+        return {"batches": timed(L.log_batches(L.log_positions(log, control))),
+                "partition_events": timed(inp.repartition(tasks, *STREAM, *KEY).mapInArrow(write_parquet, inp.schema))}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def child_result(cmd: list[str]) -> dict | None:
@@ -278,6 +338,8 @@ def main() -> int:
     ap.add_argument("--backends", default="deltars",
                     help="lake backends whose replays are timed one after the other (deltars, delta-spark or both, "
                          "comma-separated); the first is the one compared with the sequential replay")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time the Spark I/O floor (no rule applied) after the replay, and print the ratio it bounds")
     ap.add_argument("--spark-phase", type=Path, default=None, help=argparse.SUPPRESS)  # internal: the child
     ap.add_argument("--backend-phase", default=None, help=argparse.SUPPRESS)  # internal: the child's backend
     args = ap.parse_args()
@@ -331,6 +393,10 @@ def main() -> int:
                 sequential_s = time.perf_counter() - t
             print(f"sequential: {sequential_s:.1f}s, {records / sequential_s:,.0f} records/s, peak RSS {rss.peak / 2**30:.2f} GiB; "
                   f"spark is {sequential_s / spark_s:.2f}x the sequential replay")
+            if result.get("floor"):
+                floor = sum(result["floor"].values())
+                print(f"floor: {floor:.1f}s (" + ", ".join(f"{k} {v:.1f}s" for k, v in result["floor"].items())
+                      + f"), no rule applied; a Spark replay here is at most {sequential_s / floor:.2f}x the sequential replay")
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     return 0

@@ -64,9 +64,13 @@ def test_session_follows_the_test_profile_and_is_reused(spark):
     # $KRAFT_REPLAY_JAVA_OPTIONS (tests/conftest.py sets it) reaches the running JVM's arguments
     jvm_args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())  # noqa: SLF001
     assert set(os.environ["KRAFT_REPLAY_JAVA_OPTIONS"].split()) <= set(jvm_args), jvm_args
-    # G1 unless those options pick a collector (two would stop the JVM from starting)
+    # the profile's collector unless those options pick one (two would stop the JVM from starting)
     picked = any(o.startswith("-XX:+Use") and o.endswith("GC") for o in os.environ["KRAFT_REPLAY_JAVA_OPTIONS"].split())
-    assert ("-XX:+UseG1GC" in jvm_args) != picked, jvm_args
+    from kraft_replay.config import load_profile
+
+    collector = load_profile("test").spark.collector
+    assert (f"-XX:+Use{collector}" in jvm_args) != picked, jvm_args
+    assert sum(o.startswith("-XX:+Use") and o.endswith("GC") for o in jvm_args) == 1, jvm_args
 
 
 def test_java_home_wins_then_path(tmp_path, monkeypatch):
@@ -181,6 +185,22 @@ def test_a_profile_without_a_master_outside_spark_submit_is_one_line(tmp_path):
                                    "spark-submit --master URL, or set KRAFT_REPLAY_SPARK_MASTER (e.g. spark://host:7077)")
 
 
+def test_a_profiles_collector_is_one_the_jvm_has_and_a_wrong_one_is_one_line(tmp_path):
+    """``spark.collector``: the throughput collector unless the profile names another of HotSpot's;
+    a name it does not know is a one-line error naming the file and the key."""
+    from kraft_replay.config import ConfigError, load_profile
+
+    assert load_profile("local").spark.collector == "ParallelGC"
+    good, bad = tmp_path / "g1.yaml", tmp_path / "z.yaml"
+    good.write_text("spark:\n  collector: G1GC\n")
+    bad.write_text("spark:\n  collector: Shenandoah\n")
+    assert load_profile(str(good)).spark.collector == "G1GC"
+    with pytest.raises(ConfigError) as err:
+        load_profile(str(bad))
+    assert str(err.value).startswith(f"{bad}: key 'spark.collector': Input should be 'ParallelGC', 'G1GC' or 'SerialGC'")
+    assert "\n" not in str(err.value)
+
+
 def test_lineage_cut_holds_a_small_run_frame_in_one_partition(spark):
     """Under the small runs' settings a checkpointed frame of three parts is one partition with the same
     rows; under the test profile's settings, or one shuffle partition alone (a profile's choice for
@@ -240,7 +260,8 @@ def test_py4j_keeps_the_classes_and_methods_it_looked_up_but_no_field(spark, mon
 def test_a_live_replay_adds_the_profiles_stream_java_options_and_fair_scheduling(tmp_path, monkeypatch):
     """The local profile's ``stream_java_options`` go after its ``java_options`` in ``replay --mode
     stream``'s session, and FAIR scheduling (its derive jobs in a pool beside the micro-batches) unless
-    the profile says otherwise; in no other command's."""
+    the profile says otherwise, and G1 where the batch commands' JVMs collect with the throughput
+    collector; in no other command's."""
     import kraft_replay.spark
     from kraft_replay.config import load_profile, stream_profile
     from kraft_replay.serve.cli import main
@@ -250,8 +271,9 @@ def test_a_live_replay_adds_the_profiles_stream_java_options_and_fair_scheduling
     live = stream_profile(local)
     assert live.spark.java_options == f"{local.spark.java_options} {local.spark.stream_java_options}".strip()
     assert live.spark.conf == {**local.spark.conf, "spark.scheduler.mode": "FAIR"}  # the derive beside the stream
-    assert (live.spark.model_dump(exclude={"java_options", "conf"})
-            == local.spark.model_dump(exclude={"java_options", "conf"}))
+    assert (local.spark.collector, live.spark.collector) == ("ParallelGC", "G1GC")
+    assert (live.spark.model_dump(exclude={"java_options", "conf", "collector"})
+            == local.spark.model_dump(exclude={"java_options", "conf", "collector"}))
     assert live.lake == local.lake and local.spark.java_options == ""  # the profile itself unchanged
     assert "spark.scheduler.mode" not in local.spark.conf
     test = load_profile("test")
@@ -265,11 +287,12 @@ def test_a_live_replay_adds_the_profiles_stream_java_options_and_fair_scheduling
         pass
 
     def fake_spark(profile, **_kw):  # noqa: ANN001, ANN202 - stands in for the session
-        sessions.append((profile.spark.java_options, profile.spark.conf.get("spark.scheduler.mode")))
+        sp = profile.spark
+        sessions.append((sp.java_options, sp.conf.get("spark.scheduler.mode"), sp.collector))
         raise Stop
 
     monkeypatch.setattr(kraft_replay.spark, "get_spark", fake_spark)
     for argv in (["replay", "--mode", "stream"], ["replay"], ["outcomes"]):
         with pytest.raises(Stop):
             main(["--profile", "local", "--lake", str(tmp_path / "lake"), *argv])
-    assert sessions == [(live.spark.java_options, "FAIR"), ("", None), ("", None)]
+    assert sessions == [(live.spark.java_options, "FAIR", "G1GC"), ("", None, "ParallelGC"), ("", None, "ParallelGC")]

@@ -59,6 +59,19 @@ def test_changes_carry_fields_and_count_epochs() -> None:
     assert got[P.ANOMALY] == [] and got[P.CLOSED] == []
 
 
+def test_a_change_events_record_type_comes_back_from_its_kind() -> None:
+    """PartitionRecord / PartitionChangeRecord events reach the state with a null record type (the
+    one their kind names): their versions and anomalies carry it again; other kinds keep theirs, a
+    null one included, and so does an event whose type is given."""
+    t = pa.Table.from_pylist([pr(8, record_type=None), pc(10, record_type=None), ev("T", 12, record_type="REMOVE_TOPIC_RECORD"),
+                              ev("SA", 13, record_type=None), pr(14, record_type="PR")], schema=SCHEMA)
+    assert P.with_record_types(t).column("record_type").to_pylist() == [
+        "PARTITION_RECORD", "PARTITION_CHANGE_RECORD", "REMOVE_TOPIC_RECORD", None, "PR"]
+    got = run([pr(8, record_type=None), pc(10, r_isr=[1, 2], record_type=None), pc(11, pid=7, record_type=None)])
+    assert [r["record_type"] for r in got[P.VERSION]] == ["PARTITION_RECORD", "PARTITION_CHANGE_RECORD"]
+    assert [(r["partition_id"], r["record_type"]) for r in got[P.ANOMALY]] == [(7, "PARTITION_CHANGE_RECORD")]
+
+
 def test_events_in_any_order_and_batches_give_the_same_versions() -> None:
     rows = [pr(1, 0), pr(2, 1, leader=2), pc(3, 0, r_leader=3), pc(4, 1, r_isr=[2]), pc(5, 0, r_isr=[3]),
             pr(6, 0, topic="t2"), pc(7, 0, topic="t2", r_leader=2)]

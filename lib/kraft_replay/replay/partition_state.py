@@ -33,11 +33,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kraft_replay.replay.records import ZERO_UUID
+from kraft_replay.codec.schema import record_type
+from kraft_replay.replay.records import API, ZERO_UUID
 from kraft_replay.spark.arrow import arrow_schema, codes
 
 __all__ = ["partition_state", "STATE_INPUT", "STATE_OUTPUT", "FIELDS", "MAX_FIXPOINT_PASSES", "VERSION", "ANOMALY",
-           "CLOSED", "IMAGE", "LEADER", "OUTPUT_SCHEMA"]
+           "CLOSED", "IMAGE", "LEADER", "OUTPUT_SCHEMA", "KIND_RECORD_TYPES", "with_record_types"]
 
 LISTS = ["replicas", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas", "last_known_elr"]
 #: the versioned fields, in the table's order (the order of ``changed_fields``)
@@ -50,13 +51,18 @@ VERSION, ANOMALY, CLOSED, IMAGE, LEADER = 0, 1, 2, 3, 4
 #: snapshot's partition), T (a topic's removal: tombstone candidate), SA (absent from a loaded
 #: snapshot: deletion candidate); ``r_*`` the record's values with Kafka's sentinels as nulls;
 #: ``_vtime`` µs; ``_t_exists`` / ``_t_name`` the topic just before the event (its name on PR and S
-#: events only: the state reads it on resets alone)
+#: events only: the state reads it on resets alone); ``record_type`` null where it is the one its
+#: kind names (:data:`KIND_RECORD_TYPES`)
 STATE_INPUT = (
     "cluster_id string, _sid long, topic_id string, partition_id int, kind string, "
     + ", ".join(f"r_{x} array<int>" for x in LISTS)
     + ", r_leader int, r_lrs int, r_le int, r_pe int, r_dirs array<string>, r_topic_name string, "
     "_vis long, _ord long, _sub int, _vtime long, record_offset long, record_type string, snapshot_end_offset long, "
     "_t_exists boolean, _t_name string")
+#: the record type a PR / PC event's kind names: such an event crosses the shuffle and the hand-off to
+#: Python with a null ``record_type`` (a string of ~23 bytes less on each of nearly every event) and
+#: the state restores it (:func:`with_record_types`)
+KIND_RECORD_TYPES = {"PR": record_type(API["PARTITION"]).tool_name, "PC": record_type(API["PARTITION_CHANGE"]).tool_name}
 #: ``_row`` :data:`VERSION`: a version (the table's columns; times in µs); :data:`ANOMALY`: an event
 #: that did not apply (``_code``, ``_msg``, ``_ord``, ``record_type``); :data:`CLOSED`: a tombstone of
 #: an existing partition (``record_offset``); :data:`IMAGE`: a version visible at an image's offset
@@ -124,6 +130,15 @@ def _real(col: pa.Array) -> np.ndarray:
     return np.bincount(parents[nonzero], minlength=len(col)) > 0
 
 
+def with_record_types(t: pa.Table) -> pa.Table:
+    """``t`` (:data:`STATE_INPUT` rows) with the ``record_type`` of each PR / PC event whose type is null:
+    the one its kind names (:data:`KIND_RECORD_TYPES`)."""
+    rt, kind = t.column("record_type"), t.column("kind")
+    for k, name in KIND_RECORD_TYPES.items():
+        rt = pc.if_else(pc.and_(pc.is_null(rt), pc.equal(kind, k)), pa.scalar(name), rt)
+    return t.set_column(t.schema.get_field_index("record_type"), "record_type", rt)
+
+
 class _Sorted:
     """A task's events in (partition, visible offset, offset, order) order, with the partition's first
     row of each row (``first``) for running values that restart at each partition. The rows stay
@@ -132,7 +147,7 @@ class _Sorted:
     (:meth:`pick`, :class:`_Field`)."""
 
     def __init__(self, t: pa.Table) -> None:
-        self.raw = t.combine_chunks()
+        self.raw = with_record_types(t.combine_chunks())
         keys = [codes(t.column("cluster_id"))[0], _np(t.column("_sid"), -2).astype(np.int64),
                 codes(t.column("topic_id"))[0], _np(t.column("partition_id"), -1).astype(np.int64)]
         kind = codes(t.column("kind"))[0]

@@ -449,7 +449,7 @@ def get_spark(profile: str | Profile = "local", *, delta: bool = False, **overri
     if master:
         builder = builder.master(master)
     extra_opts = extra_java_options(sp.java_options)
-    gc = "" if re.search(r"-XX:\+Use\w+GC\b", extra_opts) else "-XX:+UseG1GC "  # G1 unless the options pick one
+    gc = "" if re.search(r"-XX:\+Use\w+GC\b", extra_opts) else f"-XX:+Use{sp.collector} "  # unless the options pick one
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} {gc}{extra_opts}".strip()
     from kraft_replay.spark.classes import java_options
 
