@@ -59,9 +59,9 @@ STATE_INPUT = (
     + ", r_leader int, r_lrs int, r_le int, r_pe int, r_dirs array<string>, r_topic_name string, "
     "_vis long, _ord long, _sub int, _vtime long, record_offset long, record_type string, snapshot_end_offset long, "
     "_t_exists boolean, _t_name string")
-#: the record type a PR / PC event's kind names: such an event crosses the shuffle and the hand-off to
-#: Python with a null ``record_type`` (a string of ~23 bytes less on each of nearly every event) and
-#: the state restores it (:func:`with_record_types`)
+#: the record type a PR / PC event's kind names: such an event is handed to Python with a null
+#: ``record_type`` (a string of ~23 bytes less on nearly every event) and the state restores it
+#: (:func:`with_record_types`)
 KIND_RECORD_TYPES = {"PR": record_type(API["PARTITION"]).tool_name, "PC": record_type(API["PARTITION_CHANGE"]).tool_name}
 #: ``_row`` :data:`VERSION`: a version (the table's columns; times in µs); :data:`ANOMALY`: an event
 #: that did not apply (``_code``, ``_msg``, ``_ord``, ``record_type``); :data:`CLOSED`: a tombstone of

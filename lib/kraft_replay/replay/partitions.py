@@ -309,8 +309,9 @@ def partitions(recs: DataFrame, topic_annotated: DataFrame, topic_drops: DataFra
                       for c, t in _INPUT])
     n = rows if rows is not None else _rows(recs.select("offset"))
     tasks = tasks_holding(recs.sparkSession, n, TASK_ROWS)
-    # nor a PR / PC event's record type to Python (~13 MB a task): the state restores the one its kind
-    # names. Nulled after the shuffle: before it, the shuffle's compressed rows grew (652 -> 717 MB at 10M)
+    # a PR / PC event's record type is not handed to Python either (~13 MB a task): the state restores
+    # the one its kind names. Nulled after the shuffle: before it, the shuffle's compressed rows grew
+    # (652 -> 717 MB at 10M)
     named = F.coalesce(*[F.when(F.col("kind") == k, F.lit(v)) for k, v in KIND_RECORD_TYPES.items()])
     shuffled = inp.repartition(tasks, *STREAM, *KEY)
     shuffled = shuffled.withColumn("record_type", F.when(~F.col("record_type").eqNullSafe(named), F.col("record_type")))
