@@ -217,20 +217,23 @@ def spark_phase(args: argparse.Namespace, src: Path, out_root: Path) -> dict:
         spark_s = time.perf_counter() - t
     for line in summary.lines():
         print(line)
-    floor = io_floor(out, records, out_root / "_floor") if args.floor else None
+    floor = io_floor(out, records) if args.floor else None
     spark.stop()
     return {"records": records, "spark_s": spark_s, "rss": rss.peak, "rss_anon": rss.peak_anon,
             "at_peak": rss.at_peak, "floor": floor}
 
 
-def io_floor(lake, records: int, scratch: Path) -> dict[str, float]:  # noqa: ANN001 - a Lake
+def io_floor(lake, records: int) -> dict[str, float]:  # noqa: ANN001 - a Lake
     """The seconds of what any Spark replay of ``lake``'s bronze rows does besides applying the rules
     (the module docstring's ``--floor``), each part timed alone: ``batches``, the log's batches from
     every row's position (one aggregate, the table's columns); ``partition_events``, the partition
     records as the partitions' state reads them (:data:`~kraft_replay.replay.partition_state.STATE_INPUT`),
-    shuffled by partition into the replay's tasks and written as Parquet by the Python workers."""
+    shuffled by partition into the replay's tasks and written by the Python workers as the replay's
+    tasks write its versions (a staged write, :func:`~kraft_replay.lake.staged.write_staged_arrow`),
+    then dropped."""
     from pyspark.sql import functions as F
 
+    from kraft_replay.lake.staged import task_part_id, write_staged_arrow
     from kraft_replay.replay import log as L
     from kraft_replay.replay.partitions import KEY, TASK_ROWS, partition_events
     from kraft_replay.replay.partition_state import STATE_INPUT
@@ -239,7 +242,6 @@ def io_floor(lake, records: int, scratch: Path) -> dict[str, float]:  # noqa: AN
     from kraft_replay.spark.arrow import ddl_fields
 
     log, control = lake.read("metadata_log"), lake.read("metadata_control")
-    scratch.mkdir(parents=True, exist_ok=True)
 
     def timed(df) -> float:  # noqa: ANN001 - a DataFrame
         t = time.perf_counter()
@@ -252,27 +254,18 @@ def io_floor(lake, records: int, scratch: Path) -> dict[str, float]:  # noqa: AN
     inp = ev.select(*[(F.unix_micros("_vtime") if c == "_vtime" else F.col(c) if c in ev.columns else F.lit(None))
                       .cast(t).alias(c) for c, t in ddl_fields(STATE_INPUT)])
     tasks = tasks_holding(lake.spark, records, TASK_ROWS)
-    out = str(scratch)
+    lake.create_table("floor_events", inp.schema, partition_by=["cluster_id"])
+    sink = lake.new_staging("floor_events")
 
-    def write_parquet(batches):  # noqa: ANN001, ANN202 - Arrow batches in, none out
-        import uuid
-
-        import pyarrow.parquet as pq
-
-        writer = None
-        for b in batches:
-            if writer is None:
-                writer = pq.ParquetWriter(f"{out}/{uuid.uuid4().hex}.parquet", b.schema)
-            writer.write_batch(b)
-        if writer is not None:
-            writer.close()
+    def write(batches):  # noqa: ANN001, ANN202 - Arrow batches in, none out
+        write_staged_arrow(sink, batches, part_id=task_part_id())
         return iter(())
 
     try:
         return {"batches": timed(L.log_batches(L.log_positions(log, control))),
-                "partition_events": timed(inp.repartition(tasks, *STREAM, *KEY).mapInArrow(write_parquet, inp.schema))}
+                "partition_events": timed(inp.repartition(tasks, *STREAM, *KEY).mapInArrow(write, inp.schema))}
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        lake.abort_staged(sink)
 
 
 def child_result(cmd: list[str]) -> dict | None:
